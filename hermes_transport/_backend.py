@@ -1,0 +1,232 @@
+"""httpcore network backend that lets a guard reach the socket of its request.
+
+httpx gives no handle on the socket a request uses until its headers have
+arrived, and a pooled connection fires no trace event when it is reused. This
+backend wraps every network stream so that whenever a request writes to it
+(every request starts by writing its request line, on a new or a reused
+connection) the stream attaches itself to that request's guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+
+try:  # the stream class httpcore's own sync backend returns
+    from httpcore._backends.sync import SyncStream
+except ImportError:  # pragma: no cover - another httpcore layout: connect is not guarded
+    SyncStream = None  # type: ignore[assignment,misc]
+
+from ._guard import Guard, current_guard
+
+__all__ = ["TrackingBackend", "shutdown_socket"]
+
+
+def shutdown_socket(sock: object) -> None:
+    """Shut ``sock`` down from any thread, waking a reader blocked on it.
+
+    ``ssl.SSLSocket.shutdown`` would tear the TLS session down from this
+    thread; the plain socket call only stops the transport underneath.
+    """
+    if isinstance(sock, socket.socket):
+        # OSError: already closed or never connected, so nothing is left to wake.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class TrackingStream(httpcore.NetworkStream):
+    """A network stream that attaches itself to the guard of whoever uses it."""
+
+    __slots__ = ("_guard", "_inner")
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+        # Owner-thread state: the guard this stream is attached to.
+        self._guard: Guard | None = None
+        self._follow()
+
+    def _follow(self) -> None:
+        guard = current_guard.get()
+        if guard is not None:
+            guard.stage = "sending"
+        if guard is not self._guard:
+            if self._guard is not None:
+                self._guard.detach(self)
+            self._guard = guard
+            if guard is not None:
+                guard.attach(self)
+
+    def kill(self) -> None:
+        shutdown_socket(self._inner.get_extra_info("socket"))
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        guard = self._guard
+        if guard is not None and guard.stage == "sending":
+            guard.stage = "headers"
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._follow()
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        if self._guard is not None:
+            self._guard.detach(self)
+            self._guard = None
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        guard, sock = self._guard, self._inner.get_extra_info("socket")
+        if self._guard is not None:
+            self._guard.detach(self)
+            self._guard = None
+        if (
+            guard is None
+            or SyncStream is None
+            or type(self._inner) is not SyncStream
+            or not isinstance(sock, socket.socket)
+            or isinstance(sock, ssl.SSLSocket)  # TLS in TLS: left to httpcore, unguarded
+        ):
+            return TrackingStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        guard.stage = "connecting"
+        return TrackingStream(
+            SyncStream(_handshake_guarded(guard, sock, ssl_context, server_hostname, timeout))
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Connecting:
+    """Kill switch for a socket that is still connecting: shutdown aborts connect()."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def kill(self) -> None:
+        shutdown_socket(self._sock)
+
+
+def _connect_guarded(
+    guard: Guard,
+    host: str,
+    port: int,
+    timeout: float | None,
+    local_address: str | None,
+    socket_options: Iterable[Any] | None,
+) -> socket.socket:
+    """``socket.create_connection`` as httpcore's SyncBackend uses it, but with each
+    socket attached to the guard while it connects, so an interrupt aborts it."""
+    error: OSError | None = None
+    try:
+        # Name resolution cannot be interrupted; it is bounded by the resolver.
+        addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        connecting = _Connecting(sock)
+        guard.attach(connecting)
+        try:
+            sock.settimeout(timeout)
+            if local_address is not None:
+                sock.bind((local_address, 0))
+            sock.connect(address)
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            guard.detach(connecting)  # before close: see the invariants in _guard
+            sock.close()
+            if isinstance(exc, socket.timeout):
+                raise httpcore.ConnectTimeout(str(exc)) from exc
+            error = exc
+            if guard.fired is not None:
+                break
+            continue
+        guard.detach(connecting)
+        guard.stage = "sending"
+        return sock
+    raise httpcore.ConnectError(str(error or f"no address found for {host!r}")) from error
+
+
+def _handshake_guarded(
+    guard: Guard,
+    sock: socket.socket,
+    ssl_context: ssl.SSLContext,
+    server_hostname: str | None,
+    timeout: float | None,
+) -> ssl.SSLSocket:
+    """The TLS handshake of httpcore's SyncStream.start_tls, reachable by the guard.
+
+    ``wrap_socket`` moves the file descriptor into a new SSLSocket object (the
+    plain one is left empty), so the guard must hold that new object while the
+    handshake runs; hence the handshake is not done inside ``wrap_socket``.
+    """
+    try:
+        sock.settimeout(timeout)
+        tls = ssl_context.wrap_socket(
+            sock, server_hostname=server_hostname, do_handshake_on_connect=False
+        )
+    except OSError as exc:
+        sock.close()
+        raise httpcore.ConnectError(str(exc)) from exc
+    handshaking = _Connecting(tls)
+    guard.attach(handshaking)  # kills at once if the guard fired meanwhile
+    try:
+        tls.do_handshake()
+    except OSError as exc:
+        guard.detach(handshaking)  # before close: see the invariants in _guard
+        tls.close()
+        if isinstance(exc, socket.timeout):
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        raise httpcore.ConnectError(str(exc)) from exc
+    guard.detach(handshaking)
+    return tls
+
+
+class TrackingBackend(httpcore.NetworkBackend):
+    """Wraps another backend; every stream it opens is a ``TrackingStream``."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        guard = current_guard.get()
+        if guard is None or SyncStream is None or type(self._inner) is not httpcore.SyncBackend:
+            return TrackingStream(
+                self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+            )
+        guard.stage = "connecting"
+        sock = _connect_guarded(guard, host, port, timeout, local_address, socket_options)
+        return TrackingStream(SyncStream(sock))
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return TrackingStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)

@@ -1,0 +1,127 @@
+"""``python -m hermes_transport demo``: every fault scenario, with and without the watchdog."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TextIO
+
+import httpx
+import openai
+
+from ._errors import StreamInterrupted, StreamStalled
+from ._policy import StreamPolicy
+from ._transport import WatchdogTransport
+from .testing import FaultServer, Scenario
+
+__all__ = ["run_demo"]
+
+BUDGET = 0.8  # seconds: the watchdog's stale and first-event budgets
+PLAIN_TIMEOUT = 2.0  # seconds: the plain client's read timeout
+HOLD = PLAIN_TIMEOUT + 1.0  # seconds: how long the server keeps any stall up before hanging up
+
+MID_STREAM = "StreamStalled mid-stream"
+FIRST_EVENT = "StreamStalled, no first event"
+
+
+@dataclass(frozen=True)
+class Case:
+    title: str
+    scenario: Scenario
+    expected: str  # the watchdog's outcome, as `_outcome` names it
+
+
+CASES = (
+    Case("healthy stream", Scenario.healthy(), "ok"),
+    Case("silent before headers", Scenario.silent_before_headers(), FIRST_EVENT),
+    Case("silent after 1 event", Scenario.silent_after(1), MID_STREAM),
+    Case("keepalives only after 1 event", Scenario.comments_after(1), MID_STREAM),
+    Case("stalls once, then healthy", Scenario.stall_first(1), "ok"),
+    Case("truncated body", Scenario.truncated(1), "RemoteProtocolError"),
+    Case("one byte at a time", Scenario.trickle(), "ok"),
+    Case("gzip, keepalives after 1 event", Scenario.comments_after(1, gzip=True), MID_STREAM),
+)
+
+
+def _outcome(exc: BaseException) -> str:
+    """Name what the caller got, looking through the SDK's wrappers."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, StreamStalled):
+            return FIRST_EVENT if cause.stage == "first_event" else MID_STREAM
+        if isinstance(cause, StreamInterrupted):
+            return "StreamInterrupted"
+        cause = cause.__cause__
+    return type(exc).__name__
+
+
+def _run(client: openai.OpenAI) -> tuple[str, str]:
+    """Stream one completion; return (outcome, what to print)."""
+    text = []
+    try:
+        stream = client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text.append(chunk.choices[0].delta.content)
+    except Exception as exc:  # the demo reports whatever the caller would get
+        outcome = _outcome(exc)
+        told = outcome
+        if isinstance(exc.__cause__, StreamStalled) and exc.__cause__.attempts > 1:
+            told += f", {exc.__cause__.attempts} attempts"
+        if outcome != type(exc).__name__ and not isinstance(exc, StreamStalled):
+            told += f" (SDK: {type(exc).__name__})"
+        return outcome, told
+    return "ok", f"ok {''.join(text)!r}"
+
+
+def _stream_once(http_client: httpx.Client, scenario: Scenario) -> tuple[str, str, float]:
+    # A fresh server per run, so "stalls once" stalls each client's first request.
+    with FaultServer(replace(scenario, hold=HOLD)) as server:
+        client = openai.OpenAI(
+            base_url=server.base_url, api_key="demo", http_client=http_client, max_retries=0
+        )
+        started = time.monotonic()
+        outcome, told = _run(client)
+        return outcome, told, time.monotonic() - started
+
+
+def run_demo(out: TextIO) -> int:
+    """Run every case, print one line each; 0 if every watchdog outcome is the expected one."""
+    policy = StreamPolicy(stale_timeout=BUDGET, first_event_timeout=BUDGET, retries=1)
+    demo_started = time.monotonic()
+    failures = 0
+    out.write(
+        f"hermes-transport demo: the openai SDK (max_retries=0) on an embedded fault server.\n"
+        f"WatchdogTransport: {BUDGET:g} s budgets, 1 re-send before the first event."
+        f" Plain httpx: a {PLAIN_TIMEOUT:g} s read timeout. The server hangs up a stall"
+        f" after {HOLD:g} s.\n\n"
+    )
+    out.write(f"{'scenario':<31} {'WatchdogTransport':<58} plain httpx.Client\n")
+    watched = httpx.Client(transport=WatchdogTransport(policy=policy))
+    plain = httpx.Client(timeout=PLAIN_TIMEOUT)
+    try:
+        for http_client in (watched, plain):  # warm the SDK up so timings are comparable
+            _stream_once(http_client, Scenario.healthy())
+        for case in CASES:
+            outcome, told, took = _stream_once(watched, case.scenario)
+            _, plain_told, plain_took = _stream_once(plain, case.scenario)
+            if plain_took >= HOLD - 0.05:
+                plain_told = f"hung until the server hung up: {plain_told}"
+            ok = outcome == case.expected
+            failures += not ok
+            out.write(
+                f"{case.title:<31} {f'{told} in {took:.2f} s':<58}"
+                f" {plain_told} in {plain_took:.2f} s"
+                + ("" if ok else f"   <-- expected {case.expected}")
+                + "\n"
+            )
+    finally:
+        watched.close()
+        plain.close()
+    out.write(
+        f"\n{len(CASES) - failures} of {len(CASES)} watchdog outcomes as expected;"
+        f" {time.monotonic() - demo_started:.1f} s in all.\n"
+    )
+    return 1 if failures else 0

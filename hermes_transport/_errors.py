@@ -1,0 +1,100 @@
+"""The exceptions hermes-transport raises.
+
+Every error also subclasses the httpx or builtin class that existing ``except``
+clauses already catch, so adopting the transport never lets an error slip past
+code written for plain httpx::
+
+    Exception
+    ├── httpx.TransportError
+    │   ├── httpx.TimeoutException
+    │   │   └── httpx.ReadTimeout ──────┐
+    │   └── httpx.ProtocolError         ├── StreamStalled
+    │       └── httpx.RemoteProtocolError ┘
+    └── OSError
+        └── InterruptedError
+            └── StreamInterrupted
+
+``StreamStalled`` is both a ``ReadTimeout`` (it is a timeout: no progress within
+a budget) and a ``RemoteProtocolError`` (the connection was cut mid-message), so
+callers that catch either keep working.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+import httpx
+
+__all__ = ["StreamInterrupted", "StreamStalled", "interrupted_before_response"]
+
+Stage = Literal["first_event", "mid_stream"]
+
+
+class StreamStalled(httpx.ReadTimeout, httpx.RemoteProtocolError):
+    """A streaming response made no progress within its budget and was cut.
+
+    ``stage`` is ``"first_event"`` when no data event arrived within the
+    first-event budget (waiting for headers included) on any attempt, and
+    ``"mid_stream"`` when events stopped arriving after the first one.
+    ``budget`` is that budget in seconds, ``elapsed`` the seconds the last
+    attempt ran, and ``attempts`` how many times the request was sent by the
+    transport.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request: httpx.Request | None = None,
+        stage: Stage,
+        budget: float,
+        elapsed: float,
+        attempts: int,
+    ) -> None:
+        super().__init__(message, request=request)
+        self.stage: Stage = stage
+        self.budget = budget
+        self.elapsed = elapsed
+        self.attempts = attempts
+
+
+class StreamInterrupted(InterruptedError):
+    """A request or stream was stopped by an ``Interrupt`` token.
+
+    ``reason`` is the text given to ``Interrupt.interrupt()``.
+    """
+
+    def __init__(self, reason: str, *, stage: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.stage = stage
+
+
+_sdk_classes: dict[type[Exception], type[StreamInterrupted]] = {}
+
+
+def _sdk_interrupted(sdk_error: type[Exception]) -> type[StreamInterrupted]:
+    cls = _sdk_classes.get(sdk_error)
+    if cls is None:
+        attrs = {"__module__": __name__, "__doc__": StreamInterrupted.__doc__}
+        cls = _sdk_classes[sdk_error] = type(
+            "StreamInterrupted", (StreamInterrupted, sdk_error), attrs
+        )
+    return cls
+
+
+def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInterrupted:
+    """A ``StreamInterrupted`` to raise before the response has returned.
+
+    The openai SDK (2.x) retries, with backoff sleeps, any exception a
+    transport raises before the response, except its own ``OpenAIError``s. So
+    when the SDK is loaded the error is also an ``openai.OpenAIError``: the SDK
+    lets it through untouched, once. ``except StreamInterrupted`` and ``except
+    InterruptedError`` still catch it.
+    """
+    openai = sys.modules.get("openai")
+    sdk_error = getattr(openai, "OpenAIError", None)
+    if isinstance(sdk_error, type) and issubclass(sdk_error, Exception):
+        return _sdk_interrupted(sdk_error)(reason, stage=stage)
+    return StreamInterrupted(reason, stage=stage)

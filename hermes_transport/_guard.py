@@ -1,0 +1,138 @@
+"""``Guard``: one request attempt's liveness state, shared by three threads.
+
+The caller's thread runs the request; the watchdog thread may expire it; any
+thread holding an ``Interrupt`` may interrupt it. Killing means shutting the
+attempt's socket down so the caller's blocked read returns at once; the
+caller's thread then raises the error the guard records.
+
+Invariants, all under ``_lock``:
+- a connection is shut down only while it is attached to an open guard;
+- a connection detaches (``detach``) before its owner closes the socket, and
+  the guard closes (``close``) before its connection goes back to the pool, so
+  a late kill can never reach a socket that now belongs to someone else, or a
+  file descriptor number that was reused;
+- a guard fires at most once; after ``close`` it never fires.
+Shutdown is the only I/O done under the lock; it does not block.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from ._interrupt import Interrupt
+
+__all__ = ["Guard", "Killable", "current_guard"]
+
+Fired = Literal["stalled", "interrupted"]
+
+
+class Killable(Protocol):
+    """A connection that can be stopped from a foreign thread."""
+
+    def kill(self) -> None:
+        """Shut the socket down (never close it: the owner does that)."""
+
+
+class Guard:
+    """Deadline, kill switch and attached connection of one request attempt."""
+
+    __slots__ = (
+        "_closed",
+        "_conn",
+        "_lock",
+        "_tokens",
+        "deadline",
+        "fired",
+        "fired_stage",
+        "reason",
+        "stage",
+    )
+
+    def __init__(self, stage: str = "connecting") -> None:
+        # Read by the watchdog without the lock; written by the owner (lazy re-arm).
+        self.deadline: float | None = None
+        self.fired: Fired | None = None
+        self.reason: str | None = None
+        # Where the attempt is, for error messages and logs; owner-written.
+        self.stage = stage
+        self.fired_stage: str | None = None
+        self._lock = threading.Lock()
+        self._conn: Killable | None = None
+        self._closed = False
+        self._tokens: Sequence[Interrupt] = ()
+
+    def bind(self, tokens: Sequence[Interrupt]) -> bool:
+        """Register with interrupt tokens; ``False`` (and fired) if one is already interrupted."""
+        registered: list[Interrupt] = []
+        for token in tokens:
+            if not token._register(self):
+                for done in registered:
+                    done._unregister(self)
+                self.fired = "interrupted"
+                self.fired_stage = self.stage
+                self.reason = token.reason or "interrupted"
+                return False
+            registered.append(token)
+        self._tokens = registered
+        return True
+
+    @property
+    def bound(self) -> bool:
+        """Whether an interrupt token can reach this guard."""
+        return bool(self._tokens)
+
+    def attach(self, conn: Killable) -> None:
+        """Make ``conn`` the connection a kill shuts down."""
+        with self._lock:
+            if self._closed:
+                return
+            self._conn = conn
+            if self.fired is not None:
+                # Fired before the attempt had a socket (e.g. while connecting).
+                conn.kill()
+
+    def detach(self, conn: Killable) -> None:
+        """Forget ``conn``; after this returns no kill can touch it."""
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+
+    def expire(self) -> None:
+        """Called by the watchdog when ``deadline`` has passed."""
+        self._fire("stalled", None)
+
+    def interrupt(self, reason: str) -> None:
+        """Called by an interrupt token, from any thread."""
+        self._fire("interrupted", reason)
+
+    def close(self) -> None:
+        """Disarm for good: no deadline, no connection, no more firing."""
+        with self._lock:
+            self._closed = True
+            self._conn = None
+            self.deadline = None
+        for token in self._tokens:
+            token._unregister(self)
+        self._tokens = ()
+
+    def _fire(self, kind: Fired, reason: str | None) -> None:
+        with self._lock:
+            if self._closed or self.fired is not None:
+                return
+            self.fired = kind
+            self.reason = reason
+            # Frozen here: after a kill the owner's I/O may still move `stage` on
+            # (httpcore reads the response after a failed write).
+            self.fired_stage = self.stage
+            self.deadline = None
+            if self._conn is not None:
+                self._conn.kill()
+
+
+# The guard of the attempt running in this context: network streams read it to
+# attach themselves to whichever request is using them (pooled reuse included).
+current_guard: ContextVar[Guard | None] = ContextVar("hermes_transport_guard", default=None)

@@ -1,0 +1,153 @@
+"""Progress judgement for one response body: content decoding plus the SSE scanner.
+
+Pure like the scanner: the transports feed it the raw (possibly compressed)
+bytes they pass up untouched, and it judges progress on the decoded text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import zlib
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
+
+from ._sse import SSEScanner
+
+__all__ = ["ProgressMeter", "is_event_stream", "wants_stream"]
+
+logger = logging.getLogger("hermes_transport")
+
+# Decompress in slices so a small compressed chunk that inflates to gigabytes
+# never lands in memory at once.
+_SLICE = 64 * 1024
+_STREAM_KEY = re.compile(rb'"stream"\s*:\s*true')
+
+
+def wants_stream(headers_accept: str, content_type: str, body: bytes | None) -> bool:
+    """Whether a request asks for a streamed (SSE) response.
+
+    True for ``Accept: text/event-stream`` or a JSON body whose top-level
+    ``"stream"`` is ``true``. A cheap byte search filters bodies before the
+    JSON is parsed, so ordinary requests cost a scan, not a parse.
+    """
+    if "text/event-stream" in headers_accept.lower():
+        return True
+    if not body or "json" not in content_type.lower() or not _STREAM_KEY.search(body):
+        return False
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("stream") is True
+
+
+def is_event_stream(status_code: int, content_type: str) -> bool:
+    """Whether a response is a successful server-sent-events stream."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return 200 <= status_code < 300 and media == "text/event-stream"
+
+
+Decoder = Callable[[bytes], Iterator[bytes]]
+
+
+class ProgressMeter:
+    """Counts progress events in a response body, decoding it first if needed.
+
+    An encoding it cannot decode, or a body that fails to decode, makes every
+    chunk count as progress: the watchdog can then miss a keepalive-only
+    stall, but never kills a healthy stream. httpx reports the decoding
+    failure itself to the consumer.
+    """
+
+    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind")
+
+    def __init__(self, content_encoding: str = "", heartbeat_events: Collection[str] = ()) -> None:
+        self._scanner = SSEScanner(heartbeat_events)
+        self._decoders: list[Decoder] = []
+        # True when progress cannot be judged: every chunk then counts.
+        self.blind = False
+        self._blind_chunks = 0
+        # Content-Encoding lists codings in the order applied: undo them in reverse.
+        for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
+            if coding in ("", "identity"):
+                continue
+            decoder = _decoder_for(coding)
+            if decoder is None:
+                logger.warning(
+                    "cannot decode content-encoding %r; every chunk"
+                    " counts as progress on this stream",
+                    coding,
+                )
+                self.blind = True
+                return
+            self._decoders.append(decoder)
+
+    @property
+    def done(self) -> bool:
+        """Whether an event whose data starts with ``[DONE]`` has completed."""
+        return self._scanner.done
+
+    @property
+    def events(self) -> int:
+        """Progress events completed so far (chunks, while blind)."""
+        return self._scanner.events + self._blind_chunks
+
+    def feed(self, chunk: bytes) -> int:
+        """Return how many progress events ``chunk`` completed (1 per chunk when blind)."""
+        if self.blind:
+            if not chunk:
+                return 0
+            self._blind_chunks += 1
+            return 1
+        if not self._decoders:
+            return self._scanner.feed(chunk)
+        pieces: Iterator[bytes] = iter((chunk,))
+        for decoder in self._decoders:
+            pieces = _chain(decoder, pieces)
+        try:
+            return sum(self._scanner.feed(piece) for piece in pieces)
+        except zlib.error:
+            logger.debug("body failed to decode; counting chunks as progress")
+            self.blind = True
+            self._blind_chunks += 1
+            return 1
+
+
+def _chain(decoder: Decoder, pieces: Iterator[bytes]) -> Iterator[bytes]:
+    for piece in pieces:
+        yield from decoder(piece)
+
+
+def _decoder_for(coding: str) -> Decoder | None:
+    if coding in ("gzip", "x-gzip"):
+        return _zlib_decoder(zlib.MAX_WBITS | 16)
+    if coding == "deflate":
+        return _zlib_decoder(None)
+    return None
+
+
+def _zlib_decoder(wbits: int | None) -> Decoder:
+    # wbits None: "deflate", which servers send both zlib-wrapped and raw;
+    # decided on the first bytes, as httpx does.
+    obj: Any = None if wbits is None else zlib.decompressobj(wbits)
+
+    def decode(data: bytes) -> Iterator[bytes]:
+        nonlocal obj
+        if obj is None:
+            try:
+                zlib.decompressobj().decompress(data[:2])
+                obj = zlib.decompressobj()
+            except zlib.error:
+                obj = zlib.decompressobj(-zlib.MAX_WBITS)
+        # Lazily, in slices: the scanner consumes each before the next exists.
+        # A full slice may leave output inside zlib with no unconsumed input,
+        # so keep asking until a slice comes back short.
+        out = obj.decompress(data, _SLICE)
+        yield out
+        while obj.unconsumed_tail or (len(out) == _SLICE and not obj.eof):
+            out = obj.decompress(obj.unconsumed_tail, _SLICE)
+            yield out
+
+    return decode

@@ -1,0 +1,136 @@
+"""Incremental server-sent-events progress scanner.
+
+Pure: bytes in, counts out. No I/O, no clock, no threads.
+
+It answers two questions about a text/event-stream body fed to it in arbitrary
+chunks: how many *progress* events have completed, and has a ``[DONE]`` event
+been seen. A progress event is a complete event (ended by a blank line) that
+carried at least one ``data`` field and whose ``event`` type is not one of the
+configured heartbeat types. Comment lines, blank lines, other fields and the
+bytes of an unfinished event are not progress.
+
+Line rules follow the WHATWG SSE specification: a line ends at CRLF, LF or
+CR; a CRLF split across two chunks is one line ending; a UTF-8 BOM at the very
+start is ignored; a field name is everything up to the first colon (the whole
+line if there is none); one space after the colon is not part of the value.
+
+Memory is bounded whatever the server sends: for the line in progress only its
+first ``_PREFIX`` bytes are kept, which is all any decision needs (the field
+name ``data``/``event``, a ``[DONE]`` value, a heartbeat type name). A
+100 MB line costs ``_PREFIX`` bytes of state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+__all__ = ["SSEScanner"]
+
+_BOM = b"\xef\xbb\xbf"
+_DONE = b"[DONE]"
+# Longest heartbeat event type name that can be recognised, plus "event: ".
+_MAX_TYPE = 56
+_PREFIX = _MAX_TYPE + 8
+
+
+class SSEScanner:
+    """Count completed progress events in an SSE byte stream fed in chunks.
+
+    ``feed(chunk)`` returns how many progress events the chunk completed.
+    ``events`` is the running total; ``done`` turns true once an event whose
+    data starts with ``[DONE]`` has completed (the openai SDK's own test).
+    ``heartbeat_events`` names event types (the ``event:`` field) that are
+    keepalives rather than progress, such as Anthropic's ``ping``.
+    """
+
+    __slots__ = (
+        "_at_start",
+        "_cr_pending",
+        "_event_done",
+        "_event_has_data",
+        "_event_type",
+        "_heartbeats",
+        "_line",
+        "done",
+        "events",
+    )
+
+    def __init__(self, heartbeat_events: Collection[str] = ()) -> None:
+        for name in heartbeat_events:
+            if not name or len(name.encode()) > _MAX_TYPE:
+                raise ValueError(
+                    f"heartbeat_events: event type names must be 1 to {_MAX_TYPE} bytes,"
+                    f" got {name!r}"
+                )
+        self._heartbeats = frozenset(name.encode() for name in heartbeat_events)
+        self.events = 0
+        self.done = False
+        # Bytes of the current, unterminated line: at most _PREFIX, since the
+        # rest never changes a decision.
+        self._line = b""
+        self._cr_pending = False  # the last chunk ended in CR: a leading LF is its partner
+        self._at_start = True  # nothing seen yet: a BOM may still be stripped
+        self._event_has_data = False
+        self._event_done = False
+        self._event_type = b""
+
+    def feed(self, chunk: bytes) -> int:
+        """Scan ``chunk``; return the number of progress events it completed."""
+        if not chunk:
+            return 0
+        if self._at_start:
+            chunk = self._strip_bom(chunk)
+            if not chunk:
+                return 0
+        if self._cr_pending:
+            self._cr_pending = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+                if not chunk:
+                    return 0
+        before = self.events
+        lines = chunk.splitlines(keepends=True)
+        last = lines[-1]
+        complete = lines if last[-1:] in (b"\n", b"\r") else lines[:-1]
+        for line in complete:
+            if self._line:
+                line = self._line + line
+                self._line = b""
+            self._line_ended(line[:_PREFIX].rstrip(b"\r\n"))
+        if last[-1:] == b"\r":
+            self._cr_pending = True
+        elif complete is not lines:
+            self._line = (self._line + last[:_PREFIX])[:_PREFIX]
+        return self.events - before
+
+    def _strip_bom(self, chunk: bytes) -> bytes:
+        # The BOM may itself arrive split across chunks: hold a partial one.
+        pending = self._line + chunk
+        if len(pending) < len(_BOM) and _BOM.startswith(pending):
+            self._line = pending
+            return b""
+        self._at_start = False
+        self._line = b""
+        return pending[len(_BOM) :] if pending.startswith(_BOM) else pending
+
+    def _line_ended(self, line: bytes) -> None:
+        # `line` holds at most _PREFIX meaningful bytes of a complete line.
+        if not line:
+            if self._event_has_data and self._event_type not in self._heartbeats:
+                self.events += 1
+                if self._event_done:
+                    self.done = True
+            self._event_has_data = False
+            self._event_done = False
+            self._event_type = b""
+            return
+        if line[:4] == b"data" and (len(line) == 4 or line[4:5] == b":"):
+            if not self._event_has_data:
+                value = line[5:]
+                if value[:1] == b" ":
+                    value = value[1:]
+                self._event_done = value.startswith(_DONE)
+            self._event_has_data = True
+        elif line[:5] == b"event" and (len(line) == 5 or line[5:6] == b":"):
+            value = line[6:]
+            self._event_type = value[1:] if value[:1] == b" " else value

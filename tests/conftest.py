@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+from _support import ClientFactory
+
+from hermes_transport import StreamPolicy, WatchdogTransport
+from hermes_transport.testing import FaultServer
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No HERMES_STREAM_* variable of the machine running the tests leaks into them."""
+    for name in list(os.environ):
+        if name.startswith("HERMES_STREAM_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def tls() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A throwaway CA: (server context, client context)."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    return server_context, client_context
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    with FaultServer() as fault_server:
+        yield fault_server
+
+
+@pytest.fixture
+def watchdog_client() -> Iterator[ClientFactory]:
+    """Build httpx clients over a WatchdogTransport; all are closed after the test."""
+    clients: list[httpx.Client] = []
+
+    def build(
+        *,
+        stale: float | None = 1.0,
+        first: float | None = None,
+        retries: int = 0,
+        inner: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+        **transport_kwargs: Any,
+    ) -> httpx.Client:
+        policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first, retries=retries)
+        transport = WatchdogTransport(inner, policy=policy, **transport_kwargs)
+        client = httpx.Client(transport=transport, timeout=timeout)
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()

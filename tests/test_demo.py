@@ -1,0 +1,57 @@
+"""`python -m hermes_transport demo`: the main job on an embedded default."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hermes_transport import _demo
+from hermes_transport.__main__ import main
+from hermes_transport.testing import Scenario
+
+
+def test_demo_runs_every_scenario_and_exits_zero() -> None:
+    """The demo prints one line per scenario, with both clients, and exits 0 in under 30 s."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_transport", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for case in _demo.CASES:
+        (line,) = [line for line in lines if line.startswith(case.title)]
+        assert case.expected in line
+        assert " in " in line
+    assert (
+        f"{len(_demo.CASES)} of {len(_demo.CASES)} watchdog outcomes as expected" in result.stdout
+    )
+    assert result.stderr == ""
+    assert took < 30 * 2  # the target is 30 s; shared machines get slack
+
+
+def test_demo_exits_non_zero_when_an_outcome_is_unexpected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watchdog outcome other than the expected one fails the demo."""
+    wrong = _demo.Case("healthy, wrongly expected to stall", Scenario.healthy(), _demo.MID_STREAM)
+    monkeypatch.setattr(_demo, "CASES", (wrong,))
+    out = io.StringIO()
+    assert _demo.run_demo(out) == 1
+    assert "<-- expected StreamStalled mid-stream" in out.getvalue()
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown command exits 2 with a usage message."""
+    with pytest.raises(SystemExit) as info:
+        main(["nonsense"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err

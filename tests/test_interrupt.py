@@ -1,0 +1,516 @@
+"""The Interrupt token: any thread stops a bound request or stream at once."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+from _support import chat_body, open_fds
+
+from hermes_transport import (
+    Interrupt,
+    StreamInterrupted,
+    StreamPolicy,
+    StreamStalled,
+    WatchdogTransport,
+)
+from hermes_transport.testing import FaultServer, Scenario
+
+# Generous: the target is milliseconds; shared CI machines are noisy.
+PROMPT = 1.0
+POLICY = StreamPolicy(stale_timeout=60.0, retries=2)
+
+
+@dataclass
+class Endpoint:
+    """Where to connect, and how to trust it."""
+
+    base_url: str
+    verify: ssl.SSLContext | bool
+
+
+@pytest.fixture(params=["tcp", "tls"])
+def secure(request: pytest.FixtureRequest) -> bool:
+    return request.param == "tls"
+
+
+@pytest.fixture
+def fault(
+    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> Iterator[tuple[FaultServer, Endpoint]]:
+    with FaultServer(ssl_context=tls[0] if secure else None) as server:
+        yield server, Endpoint(server.base_url, tls[1] if secure else True)
+
+
+def _client(endpoint: Endpoint, token: Interrupt | None = None, **kwargs: object) -> httpx.Client:
+    transport = WatchdogTransport(policy=POLICY, interrupt=token, verify=endpoint.verify, **kwargs)  # type: ignore[arg-type]
+    return httpx.Client(transport=transport, timeout=30.0)
+
+
+def _interrupt_when(
+    token: Interrupt, ready: Callable[[], bool], delay: float = 0.1
+) -> list[float]:
+    """Interrupt from another thread once `ready()` holds; returns [monotonic time of interrupt]."""
+    when: list[float] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay)
+        when.append(time.monotonic())
+        token.interrupt("user pressed stop")
+
+    threading.Thread(target=run, daemon=True).start()
+    return when
+
+
+def _assert_prompt(when: list[float], caught: StreamInterrupted, stage: str) -> None:
+    latency = time.monotonic() - when[0]
+    assert latency < PROMPT, f"interrupt took {latency:.3f} s"
+    assert caught.reason == "user pressed stop"
+    assert caught.stage == stage
+
+
+def _stream(client: httpx.Client, base_url: str) -> httpx.Response:
+    request = client.build_request("POST", base_url + "/chat/completions", json=chat_body())
+    return client.send(request, stream=True)
+
+
+# --- every stage --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _black_hole() -> Iterator[str]:
+    """A listener whose accept queue is full: connect() hangs (SYNs are dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(listener.getsockname())
+        fillers.append(filler)
+    time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        for sock in [*fillers, listener]:
+            sock.close()
+
+
+def test_interrupt_while_connecting() -> None:
+    """A connect() that hangs is aborted by the interrupt."""
+    token = Interrupt()
+    with _black_hole() as base_url, _client(Endpoint(base_url, True), token) as client:
+        when = _interrupt_when(token, lambda: True, delay=0.3)
+        with pytest.raises(StreamInterrupted) as info:
+            _stream(client, base_url)
+    _assert_prompt(when, info.value, "connecting")
+
+
+@contextlib.contextmanager
+def _deaf_server(
+    context: ssl.SSLContext | None, handshake: bool = True
+) -> Iterator[tuple[str, threading.Event]]:
+    """Accepts connections (completing TLS if asked) and then never reads or answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = threading.Event()
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            if context is not None and handshake:
+                conn = context.wrap_socket(conn, server_side=True)
+            held.append(conn)
+            accepted.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    scheme = "https" if context is not None else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/v1", accepted
+    finally:
+        stop.set()
+        thread.join()
+        for sock in [*held, listener]:
+            sock.close()
+
+
+def test_interrupt_during_the_tls_handshake(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """A TLS handshake the server never answers is aborted by the interrupt."""
+    token = Interrupt()
+    with _deaf_server(tls[0], handshake=False) as (base_url, accepted):
+        with _client(Endpoint(base_url, tls[1]), token) as client:
+            when = _interrupt_when(token, accepted.is_set)
+            with pytest.raises(StreamInterrupted) as info:
+                _stream(client, base_url)
+    _assert_prompt(when, info.value, "connecting")
+
+
+def test_interrupt_while_sending_the_body(
+    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """A request body blocked on a full socket buffer is aborted by the interrupt."""
+    token = Interrupt()
+    with _deaf_server(tls[0] if secure else None) as (base_url, accepted):
+        with _client(Endpoint(base_url, tls[1] if secure else True), token) as client:
+            when = _interrupt_when(token, accepted.is_set, delay=0.3)
+            big = chat_body(padding="x" * (32 * 1024 * 1024))
+            with pytest.raises(StreamInterrupted) as info:
+                client.post(base_url + "/chat/completions", json=big)
+    _assert_prompt(when, info.value, "sending")
+
+
+def test_interrupt_waiting_for_headers_on_a_new_connection(
+    fault: tuple[FaultServer, Endpoint],
+) -> None:
+    """A request waiting for headers on a new connection is aborted by the interrupt."""
+    server, endpoint = fault
+    server.scenario = Scenario.silent_before_headers()
+    token = Interrupt()
+    with _client(endpoint, token) as client:
+        when = _interrupt_when(token, lambda: len(server.requests) == 1)
+        with pytest.raises(StreamInterrupted) as info:
+            _stream(client, endpoint.base_url)
+    _assert_prompt(when, info.value, "headers")
+    assert server.connections_opened == 1
+    assert len(server.requests) == 1, "an interrupted request was re-sent"
+
+
+def test_interrupt_waiting_for_headers_on_a_reused_connection(
+    fault: tuple[FaultServer, Endpoint],
+) -> None:
+    """A request waiting for headers on a pooled, reused connection is aborted by the interrupt."""
+    server, endpoint = fault
+    token = Interrupt()
+    with _client(endpoint, token) as client:
+        client.post(endpoint.base_url + "/chat/completions", json=chat_body(stream=False))
+        server.scenario = Scenario.silent_before_headers()
+        when = _interrupt_when(token, lambda: len(server.requests) == 2)
+        with pytest.raises(StreamInterrupted) as info:
+            _stream(client, endpoint.base_url)
+    _assert_prompt(when, info.value, "headers")
+    assert server.connections_opened == 1, "the second request did not reuse the connection"
+
+
+@pytest.mark.parametrize("scenario", [Scenario.silent_after(1), Scenario.comments_after(1)])
+def test_interrupt_mid_stream(fault: tuple[FaultServer, Endpoint], scenario: Scenario) -> None:
+    """A consumer blocked reading a stream is woken by the interrupt."""
+    server, endpoint = fault
+    server.scenario = scenario
+    token = Interrupt()
+    with _client(endpoint, token) as client:
+        response = _stream(client, endpoint.base_url)
+        chunks = response.iter_raw()
+        assert next(chunks).startswith(b"data: ")
+        when = _interrupt_when(token, lambda: True)
+        with pytest.raises(StreamInterrupted) as info:
+            for _ in chunks:
+                pass
+        response.close()
+    _assert_prompt(when, info.value, "mid_stream")
+
+
+def test_interrupt_while_reading_a_non_streaming_body(fault: tuple[FaultServer, Endpoint]) -> None:
+    """A plain (non-SSE) body read in progress is interrupted as well."""
+    server, endpoint = fault
+    server.scenario = Scenario.trickle(delay=0.05)
+    token = Interrupt()
+    with _client(endpoint, token) as client:
+        request = client.build_request(
+            "POST", endpoint.base_url + "/chat/completions", json=chat_body(stream=False)
+        )
+        response = client.send(request, stream=True)
+        when = _interrupt_when(token, lambda: True)
+        with pytest.raises(StreamInterrupted) as info:
+            response.read()
+        response.close()
+    _assert_prompt(when, info.value, "body")
+
+
+# --- before, after, and who is touched ----------------------------------------------------
+
+
+def test_an_interrupted_token_fails_the_next_call_at_once_and_sends_nothing(
+    server: FaultServer,
+) -> None:
+    """A call made while its token is interrupted raises at once without connecting."""
+    token = Interrupt()
+    token.interrupt("cancelled before start")
+    with _client(Endpoint(server.base_url, True), token) as client:
+        started = time.monotonic()
+        with pytest.raises(StreamInterrupted) as info:
+            _stream(client, server.base_url)
+    assert time.monotonic() - started < PROMPT
+    assert info.value.reason == "cancelled before start"
+    assert server.connections_opened == 0
+    assert server.requests == []
+
+
+def test_reset_rearms_the_token_for_the_next_turn(server: FaultServer) -> None:
+    """After reset() the same token lets requests through again."""
+    token = Interrupt()
+    token.interrupt()
+    assert token.interrupted
+    assert token.reason == "interrupted"
+    token.reset()
+    assert not token.interrupted
+    assert token.reason is None
+    with _client(Endpoint(server.base_url, True), token) as client:
+        body = b"".join(_stream(client, server.base_url).iter_raw())
+    assert b"[DONE]" in body
+
+
+def test_interrupt_is_idempotent_and_keeps_the_first_reason() -> None:
+    """A second interrupt() changes nothing."""
+    token = Interrupt()
+    token.interrupt("first")
+    token.interrupt("second")
+    assert token.reason == "first"
+    assert token.wait(0)
+
+
+def test_bind_scopes_the_token_to_a_context(server: FaultServer) -> None:
+    """Requests inside `with token.bind()` are bound; those outside, or on other threads, are not."""
+    server.scenario = Scenario.healthy()
+    token = Interrupt()
+    token.interrupt()
+    with httpx.Client(transport=WatchdogTransport(policy=POLICY)) as client:
+        assert b"[DONE]" in b"".join(_stream(client, server.base_url).iter_raw())
+        with token.bind():
+            with pytest.raises(StreamInterrupted):
+                _stream(client, server.base_url)
+            elsewhere: list[bytes] = []
+            thread = threading.Thread(
+                target=lambda: elsewhere.append(
+                    b"".join(_stream(client, server.base_url).iter_raw())
+                )
+            )
+            thread.start()
+            thread.join()
+            assert b"[DONE]" in elsewhere[0]
+            # A copied context carries the binding to another thread.
+            copied = contextvars.copy_context()
+            failures: list[BaseException] = []
+
+            def in_copy() -> None:
+                try:
+                    _stream(client, server.base_url)
+                except StreamInterrupted as exc:
+                    failures.append(exc)
+
+            thread = threading.Thread(target=copied.run, args=(in_copy,))
+            thread.start()
+            thread.join()
+            assert len(failures) == 1
+        assert b"[DONE]" in b"".join(_stream(client, server.base_url).iter_raw())
+
+
+def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(server: FaultServer) -> None:
+    """interrupt() shuts the socket down itself: no thread is started for it."""
+    server.scenario = Scenario.silent_after(1)
+    token = Interrupt()
+    with _client(Endpoint(server.base_url, True), token) as client:
+        response = _stream(client, server.base_url)
+        before = threading.active_count()
+        token.interrupt()
+        assert threading.active_count() == before
+        with pytest.raises(StreamInterrupted):
+            response.read()
+        response.close()
+
+
+def test_interrupts_never_touch_unbound_requests_on_the_same_pool(server: FaultServer) -> None:
+    """Under concurrency, interrupting bound requests never hurts an unbound one sharing the pool."""
+    content = tuple(f"<{i}>" for i in range(12))
+    expected = "".join(content)
+    server.scenario = Scenario(content=content, event_interval=0.005)
+    transport = WatchdogTransport(
+        policy=POLICY, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4)
+    )
+    tokens = [Interrupt() for _ in range(3)]
+    errors: list[BaseException] = []
+    outcomes = {"bound_ok": 0, "bound_interrupted": 0, "unbound_ok": 0}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def text_of(body: bytes) -> str:
+        parts = []
+        for line in body.decode().splitlines():
+            if line.startswith("data: {"):
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                parts.append(delta.get("content") or "")
+        return "".join(parts)
+
+    def worker(token: Interrupt | None, rounds: int) -> None:
+        for _ in range(rounds):
+            try:
+                with contextlib.ExitStack() as stack:
+                    if token is not None:
+                        stack.enter_context(token.bind())
+                    body = b"".join(_stream(client, server.base_url).iter_raw())
+                assert text_of(body) == expected, body
+                with lock:
+                    outcomes["unbound_ok" if token is None else "bound_ok"] += 1
+            except StreamInterrupted:
+                if token is None:
+                    raise
+                with lock:
+                    outcomes["bound_interrupted"] += 1
+                token.reset()
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    def interrupter() -> None:
+        rng = random.Random(1234)
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.0, 0.03))
+            rng.choice(tokens).interrupt("chaos")
+
+    with httpx.Client(transport=transport, timeout=30.0) as client:
+        workers = [threading.Thread(target=worker, args=(t, 15)) for t in tokens]
+        workers += [threading.Thread(target=worker, args=(None, 15)) for _ in range(3)]
+        chaos = threading.Thread(target=interrupter)
+        chaos.start()
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(120)
+        stop.set()
+        chaos.join()
+    assert errors == []
+    assert outcomes["unbound_ok"] == 45
+    assert outcomes["bound_interrupted"] > 0
+
+
+def test_hundreds_of_interrupts_leak_no_file_descriptors(server: FaultServer) -> None:
+    """Every interrupted connection is closed by its owner: the fd count returns to where it was."""
+    server.scenario = Scenario.silent_after(1)
+    token = Interrupt()
+    baseline = open_fds()
+    with _client(Endpoint(server.base_url, True), token) as client:
+        for _ in range(200):
+            token.reset()
+            response = _stream(client, server.base_url)
+            token.interrupt()
+            with pytest.raises(StreamInterrupted):
+                response.read()
+            response.close()
+    deadline = time.monotonic() + 10
+    while open_fds() > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)  # the fault server's own handler sockets wind down
+    assert open_fds() <= baseline
+
+
+# --- the openai SDK on the request path ----------------------------------------------------
+
+
+def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record retry back-off sleeps the SDK makes on this thread."""
+    import openai._base_client as base_client
+
+    me = threading.get_ident()
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() == me:
+            sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(base_client.time, "sleep", sleep)
+    return sleeps
+
+
+OPENAI_MAJOR = int(openai.__version__.split(".")[0])
+
+
+def test_openai_sdk_does_not_retry_an_interrupt(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through OpenAI(max_retries=2), an interrupt reaches the server once and the caller as StreamInterrupted."""
+    server.scenario = Scenario.silent_before_headers()
+    token = Interrupt()
+    sleeps = _sdk_sleeps(monkeypatch)
+    with _client(Endpoint(server.base_url, True), token) as http_client:
+        client = openai.OpenAI(
+            base_url=server.base_url, api_key="x", http_client=http_client, max_retries=2
+        )
+        when = _interrupt_when(token, lambda: len(server.requests) == 1)
+        with pytest.raises((StreamInterrupted, openai.APIConnectionError)) as info:
+            client.chat.completions.create(model="m", messages=[], stream=True)
+    assert len(server.requests) == 1
+    if OPENAI_MAJOR == 1:
+        # 1.x retries every exception: the retries fail at once, offline, and the
+        # caller's error carries the interrupt as its cause.
+        assert isinstance(info.value.__cause__, StreamInterrupted)
+    else:
+        assert isinstance(info.value, StreamInterrupted)
+        assert isinstance(info.value, InterruptedError)
+        assert sleeps == []
+        _assert_prompt(when, info.value, "headers")
+
+
+def test_openai_sdk_mid_stream_interrupt(server: FaultServer) -> None:
+    """An interrupt while iterating an SDK stream surfaces as StreamInterrupted."""
+    server.scenario = Scenario.comments_after(1)
+    token = Interrupt()
+    with _client(Endpoint(server.base_url, True), token) as http_client:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", http_client=http_client)
+        stream = client.chat.completions.create(model="m", messages=[], stream=True)
+        chunks = iter(stream)
+        assert next(chunks).choices[0].delta.content == "hello"
+        when = _interrupt_when(token, lambda: True)
+        with pytest.raises(StreamInterrupted) as info:
+            for _ in chunks:
+                pass
+    _assert_prompt(when, info.value, "mid_stream")
+
+
+def test_stall_and_interrupt_are_told_apart(server: FaultServer) -> None:
+    """A stalled stream raises StreamStalled, not StreamInterrupted, even with a token bound."""
+    server.scenario = Scenario.comments_after(1)
+    token = Interrupt()
+    transport = WatchdogTransport(policy=StreamPolicy(stale_timeout=0.3), interrupt=token)
+    with httpx.Client(transport=transport) as client:
+        with pytest.raises(StreamStalled):
+            _stream(client, server.base_url).read()
+    assert not token.interrupted
+
+
+def test_interrupts_are_logged_with_stage_and_reason(
+    server: FaultServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An interrupt is logged at INFO with its stage and reason."""
+    server.scenario = Scenario.silent_before_headers()
+    token = Interrupt()
+    caplog.set_level(logging.INFO, logger="hermes_transport")
+    with _client(Endpoint(server.base_url, True), token) as client:
+        _interrupt_when(token, lambda: len(server.requests) == 1)
+        with pytest.raises(StreamInterrupted):
+            _stream(client, server.base_url)
+    messages = [r.getMessage() for r in caplog.records if r.name == "hermes_transport"]
+    assert any("waiting for headers" in m and "user pressed stop" in m for m in messages)
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "hermes_transport")

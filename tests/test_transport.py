@@ -1,0 +1,594 @@
+"""WatchdogTransport against real loopback sockets (and mocks where plumbing is the point)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import ssl
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Iterator
+from dataclasses import replace
+
+import httpx
+import pytest
+import respx
+from _support import ClientFactory, chat_body
+
+import hermes_transport._transport as transport_module
+from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
+from hermes_transport._watchdog import watchdog
+from hermes_transport.testing import FaultServer, Scenario
+
+# Generous upper bounds: the machines are shared and noisy.
+SLACK = 3.0
+
+SSE_HEADERS = {"content-type": "text/event-stream"}
+
+
+def _event(content: str) -> bytes:
+    chunk = {"choices": [{"index": 0, "delta": {"content": content}}]}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+def _post_stream(client: httpx.Client, server: FaultServer, **body: object) -> httpx.Response:
+    return client.send(
+        client.build_request(
+            "POST", server.base_url + "/chat/completions", json=chat_body(**body)
+        ),
+        stream=True,
+    )
+
+
+def _normalised(body: bytes) -> bytes:
+    """The body without its per-request ids."""
+    return re.sub(rb'hermes\d+|call_\d+|"created": \d+', b"ID", body)
+
+
+def _gunzip(body: bytes) -> bytes:
+    return zlib.decompressobj(wbits=31).decompress(body)
+
+
+def _read_all(response: httpx.Response) -> bytes:
+    try:
+        return b"".join(response.iter_raw())
+    finally:
+        response.close()
+
+
+# --- healthy streams and pass-through -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario.healthy(),
+        Scenario.healthy(gzip=True),
+        Scenario.trickle(),
+        replace(Scenario.healthy(), crlf=True),
+        replace(Scenario.healthy(), tool_call=True),
+    ],
+    ids=["plain", "gzip", "byte-at-a-time", "crlf", "tool-call"],
+)
+def test_healthy_stream_bytes_are_passed_up_untouched(
+    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+) -> None:
+    """A healthy stream reaches the caller byte for byte as a plain httpx client gets it."""
+    server.scenario = scenario
+    with httpx.Client() as plain:
+        expected = _read_all(_post_stream(plain, server))
+    got = _read_all(_post_stream(watchdog_client(stale=5.0), server))
+    if scenario.gzip:
+        assert got[:2] == b"\x1f\x8b", "compressed bytes must be passed up still compressed"
+        got, expected = _gunzip(got), _gunzip(expected)
+    assert _normalised(got) == _normalised(expected)
+    assert b"data: [DONE]" in got
+
+
+@pytest.mark.parametrize(
+    "scenario", [Scenario.healthy(), Scenario.error(500), Scenario.error(429)]
+)
+def test_non_sse_responses_pass_through_untouched(
+    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+) -> None:
+    """JSON completions and error bodies come back exactly as from a plain client."""
+    server.scenario = scenario
+    request = {"json": chat_body(stream=False)}
+    with httpx.Client() as plain:
+        expected = plain.post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
+    got = watchdog_client(stale=5.0).post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
+    assert got.status_code == expected.status_code
+    assert _normalised(got.content) == _normalised(expected.content)
+    assert got.headers["content-type"] == expected.headers["content-type"]
+
+
+def test_slow_non_streaming_request_keeps_only_its_own_timeouts(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A non-streaming completion slower than every budget is neither cut nor re-sent."""
+    server.scenario = replace(Scenario.healthy(), json_delay=1.2)
+    client = watchdog_client(stale=0.3, first=0.3, retries=2)
+    response = client.post(server.base_url + "/chat/completions", json=chat_body(stream=False))
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "hello world"
+    assert len(server.requests) == 1
+
+
+# --- stalls after the first event ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario.silent_after(1),
+        Scenario.comments_after(1, interval=0.05),
+        Scenario.silent_after(1, gzip=True),
+        Scenario.comments_after(1, interval=0.05, gzip=True),
+        replace(Scenario.comments_after(2, interval=0.05), crlf=True),
+    ],
+    ids=["silent", "comments", "silent-gzip", "comments-gzip", "comments-crlf"],
+)
+def test_stall_after_first_event_raises_stream_stalled_promptly(
+    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+) -> None:
+    """A stream that stops making progress is cut and its reader raises StreamStalled soon after the budget."""
+    server.scenario = scenario
+    stale = 0.5
+    response = _post_stream(watchdog_client(stale=stale, first=5.0, retries=2), server)
+    chunks = response.iter_raw()
+    first_seen = time.monotonic()
+    with pytest.raises(StreamStalled) as info:
+        for _ in chunks:
+            pass
+    elapsed = time.monotonic() - first_seen
+    response.close()
+    assert info.value.stage == "mid_stream"
+    assert info.value.budget == stale
+    assert stale - 0.05 <= elapsed < stale + SLACK
+    assert len(server.requests) == 1, "a stream that stalled after its first event was re-sent"
+
+
+def test_stall_error_is_both_read_timeout_and_remote_protocol_error(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """Existing handlers for httpx.ReadTimeout or httpx.RemoteProtocolError catch a stall."""
+    server.scenario = Scenario.comments_after(1)
+    response = _post_stream(watchdog_client(stale=0.3), server)
+    with pytest.raises(httpx.ReadTimeout) as as_timeout:
+        _read_all(response)
+    assert isinstance(as_timeout.value, httpx.RemoteProtocolError)
+    assert "0.3 s" in str(as_timeout.value)
+    assert as_timeout.value.request.url.path == "/v1/chat/completions"
+
+
+def test_progress_events_keep_a_slow_stream_alive(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """Events spaced closer than the budget never trip it, however long the stream runs."""
+    server.scenario = replace(Scenario.healthy(content=tuple("abcdefgh")), event_interval=0.15)
+    body = _read_all(_post_stream(watchdog_client(stale=0.5), server))
+    assert body.count(b"data: ") == 10  # 8 content events, the finish chunk and [DONE]
+
+
+def test_next_request_on_the_same_client_works_on_a_new_connection(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A killed connection is not pooled: the next request opens a new one and succeeds."""
+    client = watchdog_client(stale=0.3)
+    server.scenario = Scenario.comments_after(1)
+    with pytest.raises(StreamStalled):
+        _read_all(_post_stream(client, server))
+    server.scenario = Scenario.healthy()
+    for _ in range(2):
+        assert b"[DONE]" in _read_all(_post_stream(client, server))
+    # One for the killed stream, one reused by both healthy streams.
+    assert server.connections_opened == 2
+
+
+# --- the first event -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [Scenario.silent_before_headers(), Scenario.silent_after(0), Scenario.comments_after(0)],
+    ids=["before-headers", "headers-then-silence", "headers-then-comments"],
+)
+@pytest.mark.parametrize("retries", [0, 2])
+def test_stall_before_first_event_is_resent_then_raised_from_send(
+    server: FaultServer, watchdog_client: ClientFactory, stall: Scenario, retries: int
+) -> None:
+    """Before its first event a stalled stream is re-sent `retries` times, then send() raises."""
+    server.scenario = stall
+    budget = 0.4
+    client = watchdog_client(stale=30.0, first=budget, retries=retries)
+    started = time.monotonic()
+    with pytest.raises(StreamStalled) as info:
+        _post_stream(client, server)
+    elapsed = time.monotonic() - started
+    assert info.value.stage == "first_event"
+    assert info.value.attempts == retries + 1
+    assert len(server.requests) == retries + 1
+    assert (retries + 1) * budget - 0.05 <= elapsed < (retries + 1) * budget + SLACK
+    # Every re-send went out on a fresh connection: the stalled ones were killed.
+    assert server.connections_opened == retries + 1
+
+
+def test_stall_on_early_attempts_then_healthy_stream_succeeds(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A stream that stalls on its first two attempts is served by the third, transparently."""
+    server.scenario = Scenario.stall_first(2)
+    body = _read_all(_post_stream(watchdog_client(stale=30.0, first=0.3, retries=2), server))
+    assert b"hello" in body
+    assert b"[DONE]" in body
+    assert [r.attempt for r in server.requests] == [0, 1, 2]
+    assert all(r.body == server.requests[0].body for r in server.requests)
+
+
+def test_first_event_is_held_back_and_handed_up_intact(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """send() returns once the first event arrived, and the caller still reads it first."""
+    server.scenario = Scenario.silent_after(1)
+    response = _post_stream(watchdog_client(stale=0.5, first=5.0), server)
+    # The first event is already here: reading it does not wait on the (silent) socket.
+    started = time.monotonic()
+    first = next(response.iter_raw())
+    assert time.monotonic() - started < 0.25
+    assert first.startswith(b"data: ")
+    assert b'"hello"' in first
+    response.close()
+
+
+def test_stale_timeout_is_the_first_event_budget_when_unset(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """Without first_event_timeout, the stale budget also bounds the wait for the first event."""
+    server.scenario = Scenario.silent_before_headers()
+    with pytest.raises(StreamStalled) as info:
+        _post_stream(watchdog_client(stale=0.3, first=None, retries=0), server)
+    assert info.value.budget == 0.3
+
+
+def test_first_event_bound_off_keeps_the_stale_watch(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """first_event_timeout=inf lets a stream think before its first event, then watches it."""
+    server.scenario = replace(Scenario.comments_after(1), event_interval=0.0)
+    client = watchdog_client(stale=0.4, first=float("inf"))
+    with pytest.raises(StreamStalled) as info:
+        _read_all(_post_stream(client, server))
+    assert info.value.stage == "mid_stream"
+
+
+@pytest.mark.parametrize(
+    ("headers", "body_stream", "streaming"),
+    [
+        ({"accept": "text/event-stream"}, False, True),
+        ({}, True, True),
+        ({}, False, False),
+    ],
+)
+def test_streaming_requests_are_recognised_from_the_request(
+    server: FaultServer,
+    watchdog_client: ClientFactory,
+    headers: dict[str, str],
+    body_stream: bool,
+    streaming: bool,
+) -> None:
+    """The first-event budget applies to requests with `"stream": true` or Accept: text/event-stream only."""
+    server.scenario = Scenario.silent_before_headers()
+    client = watchdog_client(stale=0.3, retries=0, timeout=1.5)
+    request = client.build_request(
+        "POST",
+        server.base_url + "/chat/completions",
+        json=chat_body(stream=body_stream),
+        headers=headers,
+    )
+    expected = StreamStalled if streaming else httpx.ReadTimeout
+    with pytest.raises(httpx.ReadTimeout) as info:
+        client.send(request)
+    assert type(info.value) is expected
+
+
+def test_request_body_that_cannot_be_replayed_is_not_resent(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A streaming request whose body was a one-shot iterator is sent once, then raises."""
+    server.scenario = Scenario.silent_before_headers()
+    client = watchdog_client(stale=0.3, retries=2)
+    payload = json.dumps(chat_body()).encode()
+    request = client.build_request(
+        "POST",
+        server.base_url + "/chat/completions",
+        content=iter([payload]),
+        headers={"content-type": "application/json", "accept": "text/event-stream"},
+    )
+    with pytest.raises(StreamStalled) as info:
+        client.send(request)
+    assert info.value.attempts == 1
+    assert len(server.requests) == 1
+
+
+# --- mocked inner transports: no socket --------------------------------------------------
+
+
+class _SlowStream(httpx.SyncByteStream):
+    """A response body that yields parts with pauses in between."""
+
+    def __init__(self, parts: list[bytes | float]) -> None:
+        self._parts = parts
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self._parts:
+            if isinstance(part, float):
+                time.sleep(part)
+            else:
+                yield part
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _mock(
+    parts: list[bytes | float], headers: dict[str, str] = SSE_HEADERS
+) -> httpx.MockTransport:
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers=headers, stream=_SlowStream(parts))
+    )
+
+
+def test_stall_without_a_socket_is_raised_when_the_next_bytes_arrive(
+    watchdog_client: ClientFactory,
+) -> None:
+    """With a mocked inner transport a stall cannot be cut, but the next bytes raise it."""
+    inner = _mock([_event("a"), 0.8, b": keepalive\n\n", _event("b")])
+    client = watchdog_client(stale=0.3, inner=inner)
+    with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as response:
+        with pytest.raises(StreamStalled):
+            for _ in response.iter_raw():
+                pass
+
+
+def test_respx_mock_below_the_transport_sees_the_watchdog_run(
+    watchdog_client: ClientFactory,
+) -> None:
+    """Under respx (which patches httpcore), streams are still scanned and stalls still raised."""
+    with respx.mock:
+        respx.post("http://api.test/v1/chat/completions").mock(
+            return_value=httpx.Response(
+                200, headers=SSE_HEADERS, stream=_SlowStream([_event("a"), 0.8, _event("b")])
+            )
+        )
+        client = watchdog_client(stale=0.3)
+        with client.stream("POST", "http://api.test/v1/chat/completions", json=chat_body()) as r:
+            with pytest.raises(StreamStalled):
+                for _ in r.iter_raw():
+                    pass
+
+
+def test_malformed_sse_passes_up_and_never_crashes_the_watchdog(
+    watchdog_client: ClientFactory,
+) -> None:
+    """Garbage in an event-stream body reaches the caller unchanged."""
+    garbage = [bytes(range(256)), b"\r\r\n\n:::\x00data", b"\xff\xfe" * 1000, _event("ok")]
+    client = watchdog_client(stale=5.0, inner=_mock(list(garbage)))
+    with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as response:
+        assert b"".join(response.iter_raw()) == b"".join(garbage)
+
+
+def test_held_bytes_are_capped_before_the_first_event(watchdog_client: ClientFactory) -> None:
+    """A body that sends megabytes before any event is handed up once the hold limit is reached."""
+    filler = b":" + b"x" * (64 * 1024 - 1)  # one endless comment line
+    parts: list[bytes | float] = [filler] * 64  # 4 MiB
+    client = watchdog_client(stale=5.0, inner=_mock(parts))
+    seen = []
+    original = transport_module.WatchedStream.await_first_event
+
+    def spy(self: transport_module.WatchedStream) -> None:
+        original(self)
+        seen.append(sum(len(c) for c in self._held))
+
+    transport_module.WatchedStream.await_first_event = spy  # type: ignore[method-assign]
+    try:
+        with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as r:
+            assert len(b"".join(r.iter_raw())) == 64 * len(filler)
+    finally:
+        transport_module.WatchedStream.await_first_event = original  # type: ignore[method-assign]
+    assert seen == [transport_module.HOLD_LIMIT]
+
+
+def test_a_huge_line_does_not_grow_memory(watchdog_client: ClientFactory) -> None:
+    """100 MB of one unterminated line stream through with small, bounded memory."""
+    block = b"y" * (1024 * 1024)
+
+    class Endless(httpx.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            yield _event("first")
+            yield b"data: "
+            for _ in range(100):
+                yield block
+
+    inner = httpx.MockTransport(
+        lambda request: httpx.Response(200, headers=SSE_HEADERS, stream=Endless())
+    )
+    client = watchdog_client(stale=30.0, inner=inner)
+    tracemalloc.start()
+    try:
+        with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as r:
+            total = sum(len(chunk) for chunk in r.iter_raw())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total > 100 * len(block)
+    assert peak < 8 * len(block), f"peak {peak / 1e6:.1f} MB"
+
+
+# --- sockets and threads -----------------------------------------------------------------
+
+
+def test_the_watchdog_thread_never_closes_a_socket(
+    server: FaultServer, watchdog_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killing a stream shuts its socket down from the watchdog; only the owner closes it."""
+    closers: list[str] = []
+    shutdowns: list[str] = []
+    real_close, real_shutdown = socket.socket.close, socket.socket.shutdown
+
+    def close(sock: socket.socket) -> None:
+        closers.append(threading.current_thread().name)
+        real_close(sock)
+
+    def shutdown(sock: socket.socket, how: int) -> None:
+        shutdowns.append(threading.current_thread().name)
+        real_shutdown(sock, how)
+
+    client = watchdog_client(stale=0.3)
+    server.scenario = Scenario.comments_after(1)
+    monkeypatch.setattr(socket.socket, "close", close)
+    monkeypatch.setattr(socket.socket, "shutdown", shutdown)
+    with pytest.raises(StreamStalled):
+        _read_all(_post_stream(client, server))
+    monkeypatch.undo()
+    assert "hermes-transport-watchdog" in shutdowns
+    assert "hermes-transport-watchdog" not in closers
+    assert threading.current_thread().name in closers
+
+
+def test_many_open_streams_share_one_watchdog_thread(server: FaultServer) -> None:
+    """Thirty streams open at once add one thread to the process at most: the watchdog."""
+    server.scenario = Scenario.comments_after(1, interval=0.1)
+    transport = WatchdogTransport(
+        policy=StreamPolicy(stale_timeout=1.0), limits=httpx.Limits(max_connections=40)
+    )
+    before = {t.ident for t in threading.enumerate()}
+    with httpx.Client(transport=transport) as client:
+        responses = [_post_stream(client, server) for _ in range(30)]
+        added = [
+            t
+            for t in threading.enumerate()
+            if t.ident not in before and not t.name.startswith("FaultServer")
+        ]
+        assert [t.name for t in added if t.name != "hermes-transport-watchdog"] == []
+        for response in responses:
+            with pytest.raises(StreamStalled):
+                _read_all(response)
+
+
+def test_progress_is_lazy_rearming_not_a_heap_push_per_event(
+    server: FaultServer, watchdog_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long stream costs at most two watchdog pushes per attempt, however many events it has."""
+    pushes = []
+    real_arm = watchdog.arm
+    monkeypatch.setattr(watchdog, "arm", lambda target: (pushes.append(target), real_arm(target)))
+    server.scenario = Scenario.healthy(content=tuple("x" * 200))
+    body = _read_all(_post_stream(watchdog_client(stale=5.0), server))
+    assert body.count(b"data: ") == 202
+    assert len(pushes) <= 2
+
+
+# --- configuration and logging -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: WatchdogTransport(http2=True),
+        lambda: WatchdogTransport(httpx.HTTPTransport(http2=True)),
+    ],
+    ids=["kwarg", "inner"],
+)
+def test_http2_is_refused_with_a_reason(build: object) -> None:
+    """HTTP/2 is refused: one socket shutdown would kill every sibling stream."""
+    with pytest.raises(ValueError, match="HTTP/2"):
+        build()  # type: ignore[operator]
+
+
+def test_transport_settings_with_an_inner_transport_are_refused() -> None:
+    """TLS/connection settings meant for the built transport are an error next to an inner one."""
+    with pytest.raises(TypeError, match="verify"):
+        WatchdogTransport(httpx.HTTPTransport(), verify=False)
+
+
+def test_policy_of_the_wrong_type_is_refused() -> None:
+    """A policy that is not a StreamPolicy is named in the error."""
+    with pytest.raises(TypeError, match="policy"):
+        WatchdogTransport(policy={"stale_timeout": 1})  # type: ignore[arg-type]
+
+
+def test_policy_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a policy the transport reads HERMES_STREAM_* at construction."""
+    monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "7")
+    monkeypatch.setenv("HERMES_STREAM_RETRIES", "0")
+    transport = WatchdogTransport()
+    assert transport.policy == StreamPolicy(stale_timeout=7.0, retries=0)
+    transport.close()
+
+
+def test_settings_reach_the_built_transport(server: FaultServer) -> None:
+    """Connection settings such as limits and socket options configure the inner transport."""
+    transport = WatchdogTransport(
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
+        policy=StreamPolicy(stale_timeout=5.0),
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(2):
+            client.post(server.base_url + "/chat/completions", json=chat_body(stream=False))
+    assert server.connections_opened == 2  # no keep-alive allowed
+
+
+def test_stalls_and_resends_are_logged_without_secrets(
+    server: FaultServer, watchdog_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stall logs carry attempt numbers and seconds, never headers, query strings or bodies."""
+    server.scenario = Scenario.silent_before_headers()
+    client = watchdog_client(stale=0.2, retries=1)
+    caplog.set_level(logging.DEBUG, logger="hermes_transport")
+    with pytest.raises(StreamStalled):
+        client.post(
+            server.base_url + "/chat/completions?key=sk-query-secret",
+            json=chat_body(secret="body-secret"),
+            headers={"authorization": "Bearer sk-header-secret"},
+        )
+    records = [r for r in caplog.records if r.name == "hermes_transport"]
+    text = "\n".join(r.getMessage() for r in records)
+    assert "attempt 1 of 2" in text
+    assert "re-sending" in text
+    assert "attempt 2 of 2" in text
+    assert "0.2 s" in text
+    assert all(r.levelno == logging.WARNING for r in records)
+    for secret in ("sk-query-secret", "body-secret", "sk-header-secret"):
+        assert secret not in text
+
+
+# --- TLS: the guarded handshake keeps every check -------------------------------------------
+
+
+def test_tls_stream_is_watched_and_verified(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """Over TLS a stall is cut as over TCP, with the certificate verified as usual."""
+    with FaultServer(Scenario.comments_after(1), ssl_context=tls[0]) as server:
+        client = httpx.Client(
+            transport=WatchdogTransport(policy=StreamPolicy(stale_timeout=0.3), verify=tls[1])
+        )
+        with client, pytest.raises(StreamStalled):
+            _read_all(_post_stream(client, server))
+
+
+@pytest.mark.parametrize("hostname", ["127.0.0.1", "localhost"])
+def test_tls_certificate_errors_still_fail_the_connection(
+    tls: tuple[ssl.SSLContext, ssl.SSLContext], hostname: str
+) -> None:
+    """An untrusted certificate fails with httpx.ConnectError, exactly as without the watchdog."""
+    with FaultServer(Scenario.healthy(), ssl_context=tls[0]) as server:
+        url = server.base_url.replace("127.0.0.1", hostname) + "/chat/completions"
+        with httpx.Client(transport=WatchdogTransport(verify=True)) as client:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                client.post(url, json=chat_body())
+        with httpx.Client(transport=WatchdogTransport(verify=tls[1])) as client:
+            assert b"[DONE]" in client.post(url, json=chat_body()).content
