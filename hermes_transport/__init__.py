@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 
 from ._errors import StreamInterrupted, StreamStalled
+from ._factory import http_client_for, openai_client_for, should_stream_inline
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
+from ._runner import stream_chat_completion
 from ._transport import WatchdogTransport
 
 __version__ = "0.1.0"
@@ -25,4 +27,8 @@ __all__ = [
     "StreamPolicy",
     "StreamStalled",
     "WatchdogTransport",
+    "http_client_for",
+    "openai_client_for",
+    "should_stream_inline",
+    "stream_chat_completion",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,18 +41,28 @@ def shutdown_socket(sock: object) -> None:
 
 
 class TrackingStream(httpcore.NetworkStream):
-    """A network stream that attaches itself to the guard of whoever uses it."""
+    """A network stream that attaches itself to the guard of whoever uses it.
 
-    __slots__ = ("_guard", "_inner")
+    It also refuses to have its socket closed under a live request by another
+    thread: httpcore's pool can decide, on one thread, to close a connection
+    it has just handed to a request on another (encode/httpcore#1110), which
+    leaves that request reading a closed socket (EBADF, or a hang until its
+    read timeout). Such a close is deferred until the request's guard closes.
+    """
+
+    __slots__ = ("_guard", "_inner", "_owner")
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
-        # Owner-thread state: the guard this stream is attached to.
+        # Owner-thread state: the guard this stream is attached to, and the
+        # thread of the request that last wrote to it.
         self._guard: Guard | None = None
+        self._owner = 0
         self._follow()
 
     def _follow(self) -> None:
         guard = current_guard.get()
+        self._owner = threading.get_ident()
         if guard is not None:
             guard.stage = "sending"
         if guard is not self._guard:
@@ -75,9 +86,17 @@ class TrackingStream(httpcore.NetworkStream):
         self._inner.write(buffer, timeout)
 
     def close(self) -> None:
-        if self._guard is not None:
-            self._guard.detach(self)
+        guard = self._guard
+        if guard is not None and self._owner != threading.get_ident() and guard.defer_close(self):
+            return  # another thread's live request reads this socket: it closes it later
+        if guard is not None:
+            guard.detach(self)
             self._guard = None
+        self._inner.close()
+
+    def finish_close(self) -> None:
+        """Run a close that was deferred; called on the owner's thread."""
+        self._guard = None
         self._inner.close()
 
     def start_tls(

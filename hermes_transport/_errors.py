@@ -26,7 +26,13 @@ from typing import Literal
 
 import httpx
 
-__all__ = ["StreamInterrupted", "StreamStalled", "interrupted_before_response"]
+__all__ = [
+    "StallHandoff",
+    "StreamInterrupted",
+    "StreamStalled",
+    "interrupted_before_response",
+    "stall_for_caller",
+]
 
 Stage = Literal["first_event", "mid_stream"]
 
@@ -93,8 +99,48 @@ def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInte
     lets it through untouched, once. ``except StreamInterrupted`` and ``except
     InterruptedError`` still catch it.
     """
+    sdk_error = _sdk_error()
+    if sdk_error is not None:
+        return _sdk_interrupted(sdk_error)(reason, stage=stage)
+    return StreamInterrupted(reason, stage=stage)
+
+
+class StallHandoff(Exception):
+    """Carries a ``StreamStalled`` from the transport to the streaming runner.
+
+    Under the runner, a stall raised before the response must not be retried
+    by the openai SDK (the runner owns the re-send budget), and the SDK retries
+    every ``httpx.TimeoutException``. So there the transport raises this
+    instead (also an ``openai.OpenAIError``, which SDK 2.x and 3.x pass through
+    untouched) and the runner raises ``.stall``. Never seen outside the runner.
+    """
+
+    def __init__(self, stall: StreamStalled) -> None:
+        super().__init__(str(stall))
+        self.stall = stall
+
+
+_handoff_classes: dict[type[Exception], type[StallHandoff]] = {}
+
+
+def stall_for_caller(stall: StreamStalled, *, handoff: bool) -> Exception:
+    """The exception ``handle_request`` raises for a final stall."""
+    if not handoff:
+        return stall
+    sdk_error = _sdk_error()
+    if sdk_error is None:
+        return StallHandoff(stall)
+    cls = _handoff_classes.get(sdk_error)
+    if cls is None:
+        cls = _handoff_classes[sdk_error] = type(
+            "StallHandoff", (StallHandoff, sdk_error), {"__module__": __name__}
+        )
+    return cls(stall)
+
+
+def _sdk_error() -> type[Exception] | None:
     openai = sys.modules.get("openai")
     sdk_error = getattr(openai, "OpenAIError", None)
     if isinstance(sdk_error, type) and issubclass(sdk_error, Exception):
-        return _sdk_interrupted(sdk_error)(reason, stage=stage)
-    return StreamInterrupted(reason, stage=stage)
+        return sdk_error
+    return None

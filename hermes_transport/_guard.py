@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 if TYPE_CHECKING:
     from ._interrupt import Interrupt
@@ -37,12 +37,20 @@ class Killable(Protocol):
         """Shut the socket down (never close it: the owner does that)."""
 
 
+class DeferredClose(Protocol):
+    """A connection whose close was put off until its request ended."""
+
+    def finish_close(self) -> None:
+        """Close the socket now."""
+
+
 class Guard:
     """Deadline, kill switch and attached connection of one request attempt."""
 
     __slots__ = (
         "_closed",
         "_conn",
+        "_deferred_close",
         "_lock",
         "_tokens",
         "deadline",
@@ -63,6 +71,7 @@ class Guard:
         self._lock = threading.Lock()
         self._conn: Killable | None = None
         self._closed = False
+        self._deferred_close: DeferredClose | None = None
         self._tokens: Sequence[Interrupt] = ()
 
     def bind(self, tokens: Sequence[Interrupt]) -> bool:
@@ -101,6 +110,14 @@ class Guard:
             if self._conn is conn:
                 self._conn = None
 
+    def defer_close(self, conn: DeferredClose) -> bool:
+        """Put off closing ``conn`` until this guard closes, if it is live and holds it."""
+        with self._lock:
+            if self._closed or self._conn is not cast(object, conn):
+                return False
+            self._deferred_close = conn
+            return True
+
     def expire(self) -> None:
         """Called by the watchdog when ``deadline`` has passed."""
         self._fire("stalled", None)
@@ -115,6 +132,9 @@ class Guard:
             self._closed = True
             self._conn = None
             self.deadline = None
+            deferred, self._deferred_close = self._deferred_close, None
+        if deferred is not None:
+            deferred.finish_close()
         for token in self._tokens:
             token._unregister(self)
         self._tokens = ()

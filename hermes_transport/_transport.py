@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,13 @@ import httpcore
 import httpx
 
 from ._backend import TrackingBackend, TrackingStream, shutdown_socket
-from ._errors import StreamInterrupted, StreamStalled, interrupted_before_response
+from ._calls import call_for_request
+from ._errors import (
+    StreamInterrupted,
+    StreamStalled,
+    interrupted_before_response,
+    stall_for_caller,
+)
 from ._guard import Guard, current_guard
 from ._interrupt import Interrupt, bound_interrupts
 from ._policy import StreamPolicy
@@ -49,14 +56,11 @@ class _Fired(Exception):
 class _Attempt:
     """What one attempt needs to say what happened to it."""
 
-    __slots__ = ("attempts", "budget", "number", "request", "started", "url")
+    __slots__ = ("budget", "number", "request", "started", "url")
 
-    def __init__(
-        self, request: httpx.Request, number: int, attempts: int, budget: float | None
-    ) -> None:
+    def __init__(self, request: httpx.Request, number: int, budget: float | None) -> None:
         self.request = request
-        self.number = number
-        self.attempts = attempts
+        self.number = number  # of the logical call, SDK retries and runner re-sends included
         self.budget = budget
         self.started = time.monotonic()
         # Never log a query string: some providers put API keys there.
@@ -99,8 +103,7 @@ def _mapped_error(
         assert stale is not None
         return StreamStalled(
             f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
-            f" {elapsed:.2f} s into attempt {attempt.number} of {attempt.attempts};"
-            " not re-sent, since its events were already handed to the caller",
+            f" {elapsed:.2f} s into attempt {attempt.number}",
             request=attempt.request,
             stage="mid_stream",
             budget=stale,
@@ -110,7 +113,7 @@ def _mapped_error(
     assert attempt.budget is not None
     return StreamStalled(
         f"stream stalled: no first event within {attempt.budget:g} s"
-        f" ({_STAGES.get(stage, stage)}) on attempt {attempt.number} of {attempt.attempts}",
+        f" ({_STAGES.get(stage, stage)}) on attempt {attempt.number}",
         request=attempt.request,
         stage="first_event",
         budget=attempt.budget,
@@ -151,6 +154,9 @@ class WatchedStream(httpx.SyncByteStream):
         self._stale = stale
         self._armed = False  # the stale deadline is in the watchdog's heap
         guard.stage = "first_event" if meter is not None else "body"
+        # A response dropped unclosed still closes its guard (and so runs any
+        # close deferred on it) when collected.
+        weakref.finalize(self, guard.close)
 
     def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
@@ -164,6 +170,9 @@ class WatchedStream(httpx.SyncByteStream):
             size += len(chunk)
             if meter.feed(chunk) or size >= HOLD_LIMIT:
                 break
+        else:
+            if guard.fired is not None:
+                raise _Fired  # a close-delimited body "ends" when its socket is shut down
         self._progressed()
 
     def _progressed(self) -> None:
@@ -194,7 +203,12 @@ class WatchedStream(httpx.SyncByteStream):
                     else:
                         self._progressed()
                 yield chunk
+            if guard.fired is not None:
+                raise _Fired  # a close-delimited body "ends" when its socket is shut down
         except (httpx.TransportError, OSError, _Fired) as exc:
+            # The body is dead: release everything now, on this thread, since a
+            # caller's iter_raw() (for one) does not close a response that raised.
+            self.close()
             error = _mapped_error(
                 guard, self._attempt, stale, meter.events if meter else 0, exc, in_body=True
             )
@@ -306,12 +320,17 @@ class WatchdogTransport(httpx.BaseTransport):
             request.content if replayable else None,
         )
         budget = policy.first_event_budget if streaming else None
-        attempts = 1 + policy.retries if budget is not None and replayable else 1
+        call = call_for_request(request.headers, policy.retries) if budget is not None else None
+        if call is not None and call.exhausted_by_stalls():
+            # An SDK retry of a stream whose re-sends are spent: fail at once, offline.
+            assert call.last_stall is not None
+            raise stall_for_caller(call.last_stall, handoff=call.handoff)
         tokens = bound_interrupts()
         if self._interrupt is not None:
             tokens = (*tokens, self._interrupt)
-        for number in range(1, attempts + 1):
-            attempt = _Attempt(request, number, attempts, budget)
+        while True:
+            number = call.start_attempt() if call is not None else 1
+            attempt = _Attempt(request, number, budget)
             guard = Guard()
             if not guard.bind(tokens):
                 reason = guard.reason or "interrupted"
@@ -323,24 +342,31 @@ class WatchdogTransport(httpx.BaseTransport):
                 guard.deadline = attempt.started + budget
                 watchdog.arm(guard)
             try:
-                return self._send(request, guard, attempt, gate=budget is not None)
+                response = self._send(request, guard, attempt, gate=budget is not None)
             except BaseException as exc:
                 guard.close()
                 error = _mapped_error(guard, attempt, policy.stale_budget, 0, exc, in_body=False)
                 if error is None:
                     raise
-                if isinstance(error, StreamStalled) and number < attempts:
+                if not isinstance(error, StreamStalled):
+                    raise error from exc
+                assert call is not None
+                call.last_stall = error
+                if replayable and call.take_resend():
                     logger.warning(
-                        "%s %s: %s; re-sending on a new connection",
+                        "%s %s: %s; re-sending on a new connection (%d re-send(s) left)",
                         request.method,
                         attempt.url,
                         error,
+                        call.resends_left,
                     )
                     continue
-                if isinstance(error, StreamStalled):
-                    logger.warning("%s %s: %s", request.method, attempt.url, error)
-                raise error from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
+                error.__cause__ = exc  # kept when the runner unwraps a handoff
+                raise stall_for_caller(error, handoff=call.handoff) from exc
+            if call is not None:
+                call.last_stall = None
+            return response
 
     def _send(
         self, request: httpx.Request, guard: Guard, attempt: _Attempt, *, gate: bool
@@ -363,12 +389,11 @@ class WatchdogTransport(httpx.BaseTransport):
                 meter: ProgressMeter | None = ProgressMeter(
                     response.headers.get("content-encoding", "")
                 )
-            elif guard.bound:
-                meter = None  # not watched for progress, but still interruptible
-                gate = False
             else:
-                guard.close()
-                return response
+                # Not watched for progress, but interruptible, and the guard keeps
+                # the socket from being closed under the body by another thread.
+                meter = None
+                gate = False
             stream = WatchedStream(
                 response.stream, guard, attempt, meter, self._policy.stale_budget
             )

@@ -8,10 +8,11 @@ from typing import Any
 import httpx
 import pytest
 import trustme
-from _support import ClientFactory
 
 from hermes_transport import StreamPolicy, WatchdogTransport
 from hermes_transport.testing import FaultServer
+
+from _support import ClientFactory
 
 
 @pytest.fixture(autouse=True)

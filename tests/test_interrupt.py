@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import httpx
 import openai
 import pytest
-from _support import chat_body, open_fds
 
 from hermes_transport import (
     Interrupt,
@@ -27,6 +26,8 @@ from hermes_transport import (
     WatchdogTransport,
 )
 from hermes_transport.testing import FaultServer, Scenario
+
+from _support import chat_body, open_fds
 
 # Generous: the target is milliseconds; shared CI machines are noisy.
 PROMPT = 1.0
@@ -140,10 +141,14 @@ def _deaf_server(
                 conn, _ = listener.accept()
             except (TimeoutError, OSError):
                 continue
-            if context is not None and handshake:
-                conn = context.wrap_socket(conn, server_side=True)
-            held.append(conn)
             accepted.set()
+            if context is not None and handshake:
+                try:
+                    conn = context.wrap_socket(conn, server_side=True)
+                except OSError:  # the client gave up mid-handshake
+                    conn.close()
+                    continue
+            held.append(conn)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -514,3 +519,33 @@ def test_interrupts_are_logged_with_stage_and_reason(
     messages = [r.getMessage() for r in caplog.records if r.name == "hermes_transport"]
     assert any("waiting for headers" in m and "user pressed stop" in m for m in messages)
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "hermes_transport")
+
+
+def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive() -> None:
+    """With a mocked inner transport, an interrupt surfaces as soon as the next bytes arrive."""
+    token = Interrupt()
+
+    class Slow(httpx.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            yield b'data: {"choices": []}\n\n'
+            token.interrupt("stop while the mock sleeps")
+            time.sleep(0.2)
+            yield b": keepalive\n\n"
+            yield b'data: {"choices": []}\n\n'
+
+    inner = httpx.MockTransport(
+        lambda request: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=Slow()
+        )
+    )
+    with httpx.Client(
+        transport=WatchdogTransport(inner, policy=POLICY, interrupt=token)
+    ) as client:
+        with client.stream(
+            "POST", "http://mock/v1/chat/completions", json=chat_body()
+        ) as response:
+            chunks = response.iter_raw()
+            with pytest.raises(StreamInterrupted) as info:
+                for _ in chunks:
+                    pass
+    assert info.value.reason == "stop while the mock sleeps"

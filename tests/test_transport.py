@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import re
@@ -17,12 +19,13 @@ from dataclasses import replace
 import httpx
 import pytest
 import respx
-from _support import ClientFactory, chat_body
 
 import hermes_transport._transport as transport_module
 from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
+
+from _support import ClientFactory, chat_body
 
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
@@ -558,9 +561,9 @@ def test_stalls_and_resends_are_logged_without_secrets(
         )
     records = [r for r in caplog.records if r.name == "hermes_transport"]
     text = "\n".join(r.getMessage() for r in records)
-    assert "attempt 1 of 2" in text
+    assert "on attempt 1; re-sending on a new connection (0 re-send(s) left)" in text
     assert "re-sending" in text
-    assert "attempt 2 of 2" in text
+    assert "attempt 2; no re-send left" in text
     assert "0.2 s" in text
     assert all(r.levelno == logging.WARNING for r in records)
     for secret in ("sk-query-secret", "body-secret", "sk-header-secret"):
@@ -592,3 +595,103 @@ def test_tls_certificate_errors_still_fail_the_connection(
                 client.post(url, json=chat_body())
         with httpx.Client(transport=WatchdogTransport(verify=tls[1])) as client:
             assert b"[DONE]" in client.post(url, json=chat_body()).content
+
+
+def test_a_socket_closed_by_another_thread_mid_request_is_closed_after_it(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A close from a foreign thread (httpcore's pool race, encode/httpcore#1110) waits for the live request to end."""
+    server.scenario = Scenario(content=tuple("abcdef"), event_interval=0.05)
+    response = _post_stream(watchdog_client(stale=5.0), server)
+    network_stream = response.extensions["network_stream"]
+    closer = threading.Thread(target=network_stream.close)
+    closer.start()
+    closer.join()
+    assert _read_all(response).count(b"data: ") == 8, "the request was hurt by the foreign close"
+    assert network_stream.get_extra_info("socket").fileno() == -1, "the deferred close never ran"
+
+
+def test_a_close_by_the_owner_thread_is_immediate(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """The owner thread closing its own connection is never deferred."""
+    server.scenario = Scenario.silent_after(1)
+    response = _post_stream(watchdog_client(stale=5.0), server)
+    network_stream = response.extensions["network_stream"]
+    network_stream.close()
+    assert network_stream.get_extra_info("socket").fileno() == -1
+    with pytest.raises(httpx.ReadError):
+        _read_all(response)
+
+
+@contextlib.contextmanager
+def _close_delimited_server(events: int) -> Iterator[str]:
+    """An HTTP/1.0-style SSE server: no length, no chunking; sends `events` events, then keepalives."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            )
+            for _ in range(events):
+                conn.sendall(_event("hello"))
+            with contextlib.suppress(OSError):
+                while not stop.wait(0.05):
+                    conn.sendall(b": keepalive\n\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+@pytest.mark.parametrize(("events", "stage"), [(0, "first_event"), (1, "mid_stream")])
+def test_a_killed_close_delimited_body_raises_instead_of_ending(
+    watchdog_client: ClientFactory, events: int, stage: str
+) -> None:
+    """A body delimited by the connection close does not pass for complete when the watchdog cut it."""
+    with _close_delimited_server(events) as url:
+        client = watchdog_client(stale=0.4, retries=0)
+        with pytest.raises(StreamStalled) as info:
+            _read_all(
+                client.send(client.build_request("POST", url, json=chat_body()), stream=True)
+            )
+    assert info.value.stage == stage
+
+
+def test_a_stream_that_raised_is_released_without_being_closed(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """After a stall, the socket is closed at once, even though iter_raw() leaves the response open."""
+    server.scenario = Scenario.comments_after(1)
+    response = _post_stream(watchdog_client(stale=0.3), server)
+    network_stream = response.extensions["network_stream"]
+    with pytest.raises(StreamStalled):
+        for _ in response.iter_raw():
+            pass
+    assert network_stream.get_extra_info("socket").fileno() == -1
+
+
+def test_a_dropped_response_runs_its_deferred_close(
+    server: FaultServer, watchdog_client: ClientFactory
+) -> None:
+    """A response dropped unclosed still closes a socket whose close another thread deferred."""
+    server.scenario = Scenario.silent_after(1)
+    response = _post_stream(watchdog_client(stale=30.0), server)
+    network_stream = response.extensions["network_stream"]
+    sock = network_stream.get_extra_info("socket")
+    closer = threading.Thread(target=network_stream.close)
+    closer.start()
+    closer.join()
+    assert sock.fileno() != -1, "the close was not deferred"
+    del response
+    gc.collect()
+    assert sock.fileno() == -1

@@ -1,0 +1,89 @@
+"""Re-send accounting for one logical call, across every layer that may re-send.
+
+Three layers can send a stalled streaming request again: the transport (a
+stall before the first event), the openai SDK's own retry loop (it retries the
+``StreamStalled`` the transport raises, since that is an ``httpx.ReadTimeout``)
+and the streaming runner (a stall after the first event whose content reached
+nobody). Each would multiply the others. A ``Call`` holds the one budget of
+stall re-sends they all draw from, so a call makes at most ``retries + 1``
+attempts in total.
+
+How a request finds its call: the runner binds one for its whole run
+(``bind_call``). Otherwise the transport keeps one per SDK call in a context
+variable, starting a new one for every first try and finding the same one for
+the SDK's retries, which the SDK marks with an ``x-stainless-retry-count``
+header greater than zero and makes one after another in the same context.
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from ._errors import StreamStalled
+
+__all__ = ["Call", "bind_call", "call_for_request"]
+
+RETRY_HEADER = "x-stainless-retry-count"
+
+
+class Call:
+    """The stall re-send budget of one logical call."""
+
+    __slots__ = ("attempts", "handoff", "last_stall", "resends_left")
+
+    def __init__(self, resends: int, *, handoff: bool = False) -> None:
+        self.resends_left = resends
+        self.attempts = 0  # sent so far, by every layer
+        # The stall that ended the latest attempt, until an attempt gets a response.
+        self.last_stall: StreamStalled | None = None
+        # True under the runner: a stall raised from the request is handed up
+        # in a form the SDK passes through without retrying (see _runner).
+        self.handoff = handoff
+
+    def start_attempt(self) -> int:
+        """Count one more attempt; return its number (1-based)."""
+        self.attempts += 1
+        return self.attempts
+
+    def take_resend(self) -> bool:
+        """Spend one re-send if any is left."""
+        if self.resends_left <= 0:
+            return False
+        self.resends_left -= 1
+        return True
+
+    def exhausted_by_stalls(self) -> bool:
+        """Whether the previous attempt stalled and no re-send is left: do not send again."""
+        return self.last_stall is not None and self.resends_left <= 0
+
+
+_runner_call: ContextVar[Call | None] = ContextVar("hermes_transport_runner_call", default=None)
+_sdk_call: ContextVar[Call | None] = ContextVar("hermes_transport_sdk_call", default=None)
+
+
+@contextmanager
+def bind_call(call: Call) -> Iterator[Call]:
+    """Make every streaming request in this context draw from ``call``."""
+    token = _runner_call.set(call)
+    try:
+        yield call
+    finally:
+        _runner_call.reset(token)
+
+
+def call_for_request(headers: Mapping[str, str], resends: int) -> Call:
+    """The call a streaming request belongs to (see the module docstring)."""
+    call = _runner_call.get()
+    if call is not None:
+        return call
+    previous = _sdk_call.get()
+    if previous is not None and headers.get(RETRY_HEADER, "0") not in ("", "0"):
+        return previous
+    call = Call(resends)
+    # Set in the caller's own context (handle_request is a plain call), so the
+    # SDK's next retry, made in the same context, finds it.
+    _sdk_call.set(call)
+    return call

@@ -1,0 +1,231 @@
+"""``stream_chat_completion``: stream one chat completion to the end, inline or on a worker.
+
+Inline, the request is issued and read on the calling thread. On a worker, it
+runs on one thread (started per call, with the caller's contextvars) while the
+caller waits, still responsive: an interrupt or a KeyboardInterrupt ends the
+wait at once and stops the worker's request.
+
+Errors are the same whatever the openai major: ``StreamStalled`` once the
+call's re-sends are spent, ``StreamInterrupted`` on interrupt, other SDK
+errors as the SDK raised them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ._calls import Call, bind_call
+from ._errors import StallHandoff, StreamInterrupted, StreamStalled
+from ._factory import profile_of
+from ._interrupt import Interrupt
+from ._policy import StreamPolicy
+from ._transport import WatchdogTransport
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+__all__ = ["stream_chat_completion"]
+
+logger = logging.getLogger("hermes_transport")
+
+# How long a worker may outlive its call once told to stop: its request is
+# interrupted at once, so it needs only to unwind.
+WORKER_GRACE = 2.0
+
+
+def stream_chat_completion(
+    client: openai.OpenAI,
+    *,
+    inline: bool | None = None,
+    interrupt: Interrupt | None = None,
+    on_delta: Callable[[ChatCompletionChunk], None] | None = None,
+    **create_kwargs: Any,
+) -> ChatCompletion:
+    """Stream a chat completion and return it assembled, as a ``ChatCompletion``.
+
+    The request always goes out with ``stream=True``; the chunks are
+    accumulated by the SDK's own ``ChatCompletionStreamState``. ``on_delta``
+    sees every chunk as it arrives (on the worker thread, in worker mode).
+    ``inline=None`` streams as the factory that made ``client`` decided
+    (``openai_client_for``), and inline for any other client.
+
+    A stall after the first event is re-sent when none of its content reached
+    ``on_delta``; otherwise it raises, so no text is ever duplicated. With the
+    transport's own re-sends, one call makes at most ``policy.retries + 1``
+    attempts.
+    """
+    if create_kwargs.get("stream", True) is not True:
+        raise ValueError("stream_chat_completion() always streams; drop stream=False")
+    create_kwargs["stream"] = True
+    profile = profile_of(client)
+    if inline is None:
+        inline = profile.inline if profile is not None else True
+    policy = profile.policy if profile is not None else _policy_of(client)
+    tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
+    if inline:
+        return _stream(client, policy, tokens, on_delta, create_kwargs)
+    return _stream_on_worker(client, policy, tokens, on_delta, create_kwargs)
+
+
+def _policy_of(client: object) -> StreamPolicy:
+    transport = getattr(getattr(client, "_client", None), "_transport", None)
+    if isinstance(transport, WatchdogTransport):
+        return transport.policy
+    return StreamPolicy.from_env()
+
+
+def _stream(
+    client: openai.OpenAI,
+    policy: StreamPolicy,
+    tokens: list[Interrupt],
+    on_delta: Callable[[ChatCompletionChunk], None] | None,
+    create_kwargs: dict[str, Any],
+) -> ChatCompletion:
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    call = Call(policy.retries, handoff=True)
+    with ExitStack() as stack:
+        for token in tokens:
+            stack.enter_context(token.bind())
+        stack.enter_context(bind_call(call))
+        while True:
+            state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
+            delivered = False
+            chunks = 0
+            try:
+                stream = client.chat.completions.create(**create_kwargs)
+                with contextlib.closing(stream):
+                    for chunk in stream:
+                        state.handle_chunk(chunk)
+                        chunks += 1
+                        if on_delta is not None:
+                            on_delta(chunk)
+                            delivered = delivered or _carries_content(chunk)
+                if not chunks:
+                    raise httpx.RemoteProtocolError("the stream ended without a single chunk")
+                return _assembled(state)
+            except Exception as exc:
+                error = _unwrapped(exc)
+                if (
+                    isinstance(error, StreamStalled)
+                    and error.stage == "mid_stream"
+                    and not delivered
+                    and call.take_resend()
+                ):
+                    logger.warning(
+                        "stream stalled after its first event with nothing delivered;"
+                        " re-sending (%d re-send(s) left)",
+                        call.resends_left,
+                    )
+                    continue
+                if error is exc:
+                    raise
+                raise error from error.__cause__  # the SDK wrapper shows as context
+
+
+def _stream_on_worker(
+    client: openai.OpenAI,
+    policy: StreamPolicy,
+    tokens: list[Interrupt],
+    on_delta: Callable[[ChatCompletionChunk], None] | None,
+    create_kwargs: dict[str, Any],
+) -> ChatCompletion:
+    # The call's own token: how the caller stops the worker whatever stopped it.
+    stop = Interrupt()
+    finished = threading.Event()
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            outcome["value"] = context.run(
+                _stream, client, policy, [*tokens, stop], on_delta, create_kwargs
+            )
+        except BaseException as exc:  # handed to the caller, whatever it is
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    removers = [token._add_listener(lambda _reason: finished.set()) for token in tokens]
+    worker = threading.Thread(target=work, name="hermes-transport-call", daemon=True)
+    try:
+        worker.start()
+        try:
+            finished.wait()
+        except BaseException as exc:  # KeyboardInterrupt (or any async exception) in the caller
+            stop.interrupt(f"caller stopped waiting: {type(exc).__name__}")
+            worker.join(WORKER_GRACE)
+            raise
+        if "error" not in outcome and "value" not in outcome:
+            # Woken by an interrupt token: stop the worker and report it now.
+            reason = next((t.reason for t in tokens if t.reason is not None), "interrupted")
+            stop.interrupt(reason)
+            worker.join(WORKER_GRACE)
+            if "error" in outcome and isinstance(outcome["error"], StreamInterrupted):
+                raise outcome["error"]
+            raise StreamInterrupted(reason, stage="waiting")
+    finally:
+        for remove in removers:
+            remove()
+    if "error" in outcome:
+        raise outcome["error"]
+    value: ChatCompletion = outcome["value"]
+    return value
+
+
+def _carries_content(chunk: ChatCompletionChunk) -> bool:
+    """Whether a chunk shows the caller something (text, a refusal, a tool call, reasoning)."""
+    for choice in chunk.choices:
+        delta = choice.delta
+        if delta.content or delta.refusal or delta.tool_calls or delta.function_call:
+            return True
+        extra = delta.model_extra or {}
+        if extra.get("reasoning_content") or extra.get("reasoning"):
+            return True
+    return False
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    """Our error inside the SDK's wrappers, if any; else ``exc`` itself."""
+    for cause in _causes(exc):
+        if isinstance(cause, StallHandoff):
+            return cause.stall
+        if isinstance(cause, (StreamStalled, StreamInterrupted)):
+            return cause
+    return exc
+
+
+def _assembled(state: Any) -> ChatCompletion:
+    """The accumulated completion, as a plain ``ChatCompletion``.
+
+    ``get_final_completion()`` would raise on a ``length`` or
+    ``content_filter`` finish; a streaming runner returns those as they came.
+    """
+    from openai.types.chat import ChatCompletion
+
+    data = state.current_completion_snapshot.model_dump(mode="python", exclude_none=False)
+    for choice in data.get("choices", []):
+        message = choice.get("message") or {}
+        message.pop("parsed", None)
+        for call in message.get("tool_calls") or []:
+            call.pop("index", None)  # a chunk's delta field, not a message's
+            (call.get("function") or {}).pop("parsed_arguments", None)
+    return ChatCompletion.model_validate(data)
