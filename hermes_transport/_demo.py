@@ -44,15 +44,18 @@ CASES = (
 
 
 def _outcome(exc: BaseException) -> str:
-    """Name what the caller got, looking through the SDK's wrappers."""
+    """Name what the caller got, looking through the SDK's wrappers to the first cause."""
     cause: BaseException | None = exc
+    name = type(exc).__name__
     while cause is not None:
         if isinstance(cause, StreamStalled):
             return FIRST_EVENT if cause.stage == "first_event" else MID_STREAM
         if isinstance(cause, StreamInterrupted):
             return "StreamInterrupted"
+        if isinstance(cause, httpx.TransportError):
+            name = type(cause).__name__
         cause = cause.__cause__
-    return type(exc).__name__
+    return name
 
 
 def _run(client: openai.OpenAI) -> tuple[str, str]:

@@ -205,7 +205,7 @@ def openai_client_for(
         )
     given = profile_of(http_client)
     if policy is None:
-        policy = given.policy if given is not None else _transport_policy(http_client)
+        policy = given.policy if given is not None else transport_policy(http_client)
     if interrupt is None and given is not None:
         interrupt = given.interrupt
     openai_kwargs.setdefault("timeout", default_timeout(policy))
@@ -218,7 +218,8 @@ def openai_client_for(
     return client
 
 
-def _transport_policy(http_client: object) -> StreamPolicy:
+def transport_policy(http_client: object) -> StreamPolicy:
+    """The policy of the watchdog transport under ``http_client``, else the environment's."""
     transport = getattr(http_client, "_transport", None)
     if isinstance(transport, WatchdogTransport):
         return transport.policy

@@ -24,10 +24,9 @@ import httpx
 
 from ._calls import Call, bind_call
 from ._errors import StallHandoff, StreamInterrupted, StreamStalled
-from ._factory import profile_of
+from ._factory import profile_of, transport_policy
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
-from ._transport import WatchdogTransport
 
 if TYPE_CHECKING:
     import openai
@@ -69,18 +68,14 @@ def stream_chat_completion(
     profile = profile_of(client)
     if inline is None:
         inline = profile.inline if profile is not None else True
-    policy = profile.policy if profile is not None else _policy_of(client)
+    if profile is not None:
+        policy = profile.policy
+    else:  # the SDK keeps its httpx client in `_client`
+        policy = transport_policy(getattr(client, "_client", None))
     tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
     if inline:
         return _stream(client, policy, tokens, on_delta, create_kwargs)
     return _stream_on_worker(client, policy, tokens, on_delta, create_kwargs)
-
-
-def _policy_of(client: object) -> StreamPolicy:
-    transport = getattr(getattr(client, "_client", None), "_transport", None)
-    if isinstance(transport, WatchdogTransport):
-        return transport.policy
-    return StreamPolicy.from_env()
 
 
 def _stream(

@@ -154,9 +154,9 @@ class WatchedStream(httpx.SyncByteStream):
         self._stale = stale
         self._armed = False  # the stale deadline is in the watchdog's heap
         guard.stage = "first_event" if meter is not None else "body"
-        # A response dropped unclosed still closes its guard (and so runs any
-        # close deferred on it) when collected.
-        weakref.finalize(self, guard.close)
+        # Closes the guard once: on close(), or when a response dropped unclosed
+        # is collected (which also runs any close deferred on the guard).
+        self._release_guard = weakref.finalize(self, guard.close)
 
     def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
@@ -220,7 +220,7 @@ class WatchedStream(httpx.SyncByteStream):
 
     def close(self) -> None:
         # Disarm before the connection can go back to the pool (see _guard).
-        self._guard.close()
+        self._release_guard()
         try:
             self._chunks.close()  # type: ignore[attr-defined]
         finally:
