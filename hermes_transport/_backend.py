@@ -166,11 +166,13 @@ def _connect_guarded(
             for option in socket_options or ():
                 sock.setsockopt(*option)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError as exc:
+        except BaseException as exc:
             guard.detach(connecting)  # before close: see the invariants in _guard
             sock.close()
             if isinstance(exc, socket.timeout):
                 raise httpcore.ConnectTimeout(str(exc)) from exc
+            if not isinstance(exc, OSError):
+                raise  # KeyboardInterrupt and the like: the socket is closed, nothing else
             error = exc
             if guard.fired is not None:
                 break
@@ -206,11 +208,13 @@ def _handshake_guarded(
     guard.attach(handshaking)  # kills at once if the guard fired meanwhile
     try:
         tls.do_handshake()
-    except OSError as exc:
+    except BaseException as exc:
         guard.detach(handshaking)  # before close: see the invariants in _guard
         tls.close()
         if isinstance(exc, socket.timeout):
             raise httpcore.ConnectTimeout(str(exc)) from exc
+        if not isinstance(exc, OSError):
+            raise
         raise httpcore.ConnectError(str(exc)) from exc
     guard.detach(handshaking)
     return tls

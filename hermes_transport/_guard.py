@@ -11,7 +11,10 @@ Invariants, all under ``_lock``:
   the guard closes (``close``) before its connection goes back to the pool, so
   a late kill can never reach a socket that now belongs to someone else, or a
   file descriptor number that was reused;
-- a guard fires at most once; after ``close`` it never fires.
+- a guard fires at most once; after ``close`` it never fires;
+- a close of the attached connection by another thread while the guard is
+  open is deferred (``defer_close``) and done when the guard closes, so no
+  socket is closed under a request that is still using it.
 Shutdown is the only I/O done under the lock; it does not block.
 """
 
@@ -88,11 +91,6 @@ class Guard:
             registered.append(token)
         self._tokens = registered
         return True
-
-    @property
-    def bound(self) -> bool:
-        """Whether an interrupt token can reach this guard."""
-        return bool(self._tokens)
 
     def attach(self, conn: Killable) -> None:
         """Make ``conn`` the connection a kill shuts down."""
