@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -73,23 +74,28 @@ def stream_chat_completion(
     else:  # the SDK keeps its httpx client in `_client`
         policy = transport_policy(getattr(client, "_client", None))
     tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
-    if inline:
-        return _stream(client, policy, tokens, on_delta, create_kwargs)
-    return _stream_on_worker(client, policy, tokens, on_delta, create_kwargs)
+    job = _Job(client, policy, tokens, on_delta, create_kwargs)
+    return _stream(job) if inline else _stream_on_worker(job)
 
 
-def _stream(
-    client: openai.OpenAI,
-    policy: StreamPolicy,
-    tokens: list[Interrupt],
-    on_delta: Callable[[ChatCompletionChunk], None] | None,
-    create_kwargs: dict[str, Any],
-) -> ChatCompletion:
+@dataclass(frozen=True)
+class _Job:
+    """One call of stream_chat_completion, as the inline and worker paths both need it."""
+
+    client: openai.OpenAI
+    policy: StreamPolicy
+    tokens: list[Interrupt]
+    on_delta: Callable[[ChatCompletionChunk], None] | None
+    create_kwargs: dict[str, Any]
+
+
+def _stream(job: _Job) -> ChatCompletion:
     from openai.lib.streaming.chat import ChatCompletionStreamState
 
-    call = Call(policy.retries, handoff=True)
+    on_delta = job.on_delta
+    call = Call(job.policy.retries, handoff=True)
     with ExitStack() as stack:
-        for token in tokens:
+        for token in job.tokens:
             stack.enter_context(token.bind())
         stack.enter_context(bind_call(call))
         while True:
@@ -97,7 +103,7 @@ def _stream(
             delivered = False
             chunks = 0
             try:
-                stream = client.chat.completions.create(**create_kwargs)
+                stream = job.client.chat.completions.create(**job.create_kwargs)
                 with contextlib.closing(stream):
                     for chunk in stream:
                         state.handle_chunk(chunk)
@@ -127,13 +133,7 @@ def _stream(
                 raise error from error.__cause__  # the SDK wrapper shows as context
 
 
-def _stream_on_worker(
-    client: openai.OpenAI,
-    policy: StreamPolicy,
-    tokens: list[Interrupt],
-    on_delta: Callable[[ChatCompletionChunk], None] | None,
-    create_kwargs: dict[str, Any],
-) -> ChatCompletion:
+def _stream_on_worker(job: _Job) -> ChatCompletion:
     # The call's own token: how the caller stops the worker whatever stopped it.
     stop = Interrupt()
     finished = threading.Event()
@@ -142,14 +142,13 @@ def _stream_on_worker(
 
     def work() -> None:
         try:
-            outcome["value"] = context.run(
-                _stream, client, policy, [*tokens, stop], on_delta, create_kwargs
-            )
+            outcome["value"] = context.run(_stream, replace(job, tokens=[*job.tokens, stop]))
         except BaseException as exc:  # handed to the caller, whatever it is
             outcome["error"] = exc
         finally:
             finished.set()
 
+    tokens = job.tokens
     removers = [token._add_listener(lambda _reason: finished.set()) for token in tokens]
     worker = threading.Thread(target=work, name="hermes-transport-call", daemon=True)
     try:

@@ -147,27 +147,18 @@ def test_inline_starts_no_thread(server: FaultServer, monkeypatch: pytest.Monkey
     assert [name for name in started if not name.startswith("FaultServer")] == []
 
 
-def test_inline_can_be_forced_either_way(server: FaultServer) -> None:
-    """inline= overrides the mode the factory chose."""
+@pytest.mark.parametrize(("platform", "inline"), [("cli", True), ("cron", False)])
+def test_inline_can_be_forced_either_way(server: FaultServer, platform: str, inline: bool) -> None:
+    """inline= overrides the mode the factory chose for the platform."""
     threads: list[int] = []
-    record = threads.append
     stream_chat_completion(
-        _client(server, "cli"),
-        inline=True,
+        _client(server, platform),
+        inline=inline,
         model="m",
         messages=MESSAGES,
-        on_delta=lambda c: record(threading.get_ident()),
+        on_delta=lambda chunk: threads.append(threading.get_ident()),
     )
-    assert set(threads) == {threading.get_ident()}
-    threads.clear()
-    stream_chat_completion(
-        _client(server, "cron"),
-        inline=False,
-        model="m",
-        messages=MESSAGES,
-        on_delta=lambda c: record(threading.get_ident()),
-    )
-    assert threading.get_ident() not in threads
+    assert (set(threads) == {threading.get_ident()}) is inline
 
 
 def test_worker_mode_carries_the_callers_context(server: FaultServer) -> None:

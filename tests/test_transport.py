@@ -602,6 +602,13 @@ def test_tls_certificate_errors_still_fail_the_connection(
             assert b"[DONE]" in client.post(url, json=chat_body()).content
 
 
+def _close_on_another_thread(network_stream: object) -> None:
+    """Close a connection the way httpcore's pool does in encode/httpcore#1110: from elsewhere."""
+    closer = threading.Thread(target=network_stream.close)  # type: ignore[attr-defined]
+    closer.start()
+    closer.join()
+
+
 def test_a_socket_closed_by_another_thread_mid_request_is_closed_after_it(
     server: FaultServer, watchdog_client: ClientFactory
 ) -> None:
@@ -609,9 +616,7 @@ def test_a_socket_closed_by_another_thread_mid_request_is_closed_after_it(
     server.scenario = Scenario(content=tuple("abcdef"), event_interval=0.05)
     response = _post_stream(watchdog_client(stale=5.0), server)
     network_stream = response.extensions["network_stream"]
-    closer = threading.Thread(target=network_stream.close)
-    closer.start()
-    closer.join()
+    _close_on_another_thread(network_stream)
     assert _read_all(response).count(b"data: ") == 8, "the request was hurt by the foreign close"
     assert network_stream.get_extra_info("socket").fileno() == -1, "the deferred close never ran"
 
@@ -693,9 +698,7 @@ def test_a_dropped_response_runs_its_deferred_close(
     response = _post_stream(watchdog_client(stale=30.0), server)
     network_stream = response.extensions["network_stream"]
     sock = network_stream.get_extra_info("socket")
-    closer = threading.Thread(target=network_stream.close)
-    closer.start()
-    closer.join()
+    _close_on_another_thread(network_stream)
     assert sock.fileno() != -1, "the close was not deferred"
     del response
     gc.collect()
