@@ -22,6 +22,7 @@ name ``data``/``event``, a ``[DONE]`` value, a heartbeat type name). A
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 __all__ = ["SSEScanner"]
@@ -31,6 +32,9 @@ _DONE = b"[DONE]"
 # Longest heartbeat event type name that can be recognised, plus "event: ".
 _MAX_TYPE = 56
 _PREFIX = _MAX_TYPE + 8
+# A run of events that are each exactly one data line (not [DONE]) and a blank
+# line, LF endings: the bulk of any LLM stream, counted without a Python loop.
+_PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
 
 
 class SSEScanner:
@@ -88,6 +92,32 @@ class SSEScanner:
                 chunk = chunk[1:]
                 if not chunk:
                     return 0
+        if b"\r" in chunk:
+            return self._feed_lines(chunk)
+        # LF only (the usual case): scan line by line only up to the first event
+        # boundary, skip the run of plain data events after it in C, then go on.
+        if self._line or self._event_has_data or self._event_type:
+            if not self._line and chunk[:1] == b"\n":
+                cut = 1  # a blank line: it ends the pending event
+            else:
+                boundary = chunk.find(b"\n\n")
+                cut = len(chunk) if boundary < 0 else boundary + 2
+        else:
+            cut = 0
+        events = self._feed_lines(chunk[:cut]) if cut else 0
+        if cut < len(chunk):
+            run = _PLAIN_RUN.match(chunk, cut)
+            if run is not None:
+                # Each plain event is one data line and a blank line: one b"\n\n" each.
+                plain = chunk.count(b"\n\n", cut, run.end())
+                self.events += plain
+                events += plain
+                cut = run.end()
+            if cut < len(chunk):
+                events += self._feed_lines(chunk[cut:])
+        return events
+
+    def _feed_lines(self, chunk: bytes) -> int:
         before = self.events
         lines = chunk.splitlines(keepends=True)
         last = lines[-1]

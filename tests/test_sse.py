@@ -685,3 +685,30 @@ def test_fuzz_arbitrary_bytes_never_raise(
 def test_reference_implementation(body: bytes, expected: tuple[int, bool]) -> None:
     """The test's reference implementation itself follows the SSE rules on known cases."""
     assert reference(body, ["ping"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "events", "done"),
+    [
+        (b"data: a\n\n" * 50, 50, False),
+        (b"data: a\n\n" * 3 + b"data: [DONE]\n\n", 4, True),
+        (b"data: a\n\n" * 3 + b"data:[DONE]\n\n" + b"data: b\n\n", 5, True),
+        (b"id: 7\ndata: a\n\n" + b"data: b\n\n" * 2, 3, False),
+        (b": keepalive\n\n" + b"data: a\n\n" * 2 + b": keepalive\n\n", 2, False),
+        (b"data\n\n" + b"data: a\n\n", 2, False),
+        (b"event: ping\ndata: {}\n\n" + b"data: a\n\n" * 2, 2, False),
+        (b"data: a\ndata: b\n\n" + b"data: c\n\n", 2, False),
+        (b"data: a\n\n\n\ndata: b\n\n", 2, False),
+    ],
+)
+def test_plain_event_runs_count_exactly_however_split(
+    body: bytes, events: int, done: bool
+) -> None:
+    """The C-speed path over runs of plain data events agrees with line-by-line scanning at every split."""
+    for size in (1, 2, 3, 7, 16, len(body)):
+        scanner = SSEScanner(heartbeat_events={"ping"})
+        total = sum(scanner.feed(body[i : i + size]) for i in range(0, len(body), size))
+        assert (total, scanner.events, scanner.done) == (events, events, done), size
+        # The same body with CRLF endings takes the line-by-line path only.
+        crlf = SSEScanner(heartbeat_events={"ping"})
+        assert crlf.feed(body.replace(b"\n", b"\r\n")) == events
