@@ -32,9 +32,9 @@ class StreamPolicy:
     their first token).
 
     ``retries``: how many times a stream that stalled *before* its first event
-    is re-sent on a new connection. A stream that stalled after its first
-    event is never re-sent by the transport: the caller may have shown its
-    content already.
+    is re-sent (its connection is closed, never reused). A stream that stalled
+    after its first event is never re-sent by the transport: the caller may
+    have shown its content already.
 
     Limits: the budgets are wall-clock seconds checked by one watcher thread,
     so a stall is reported a few milliseconds after its deadline, never before.

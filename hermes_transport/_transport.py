@@ -354,7 +354,7 @@ class WatchdogTransport(httpx.BaseTransport):
                 call.last_stall = error
                 if replayable and call.take_resend():
                     logger.warning(
-                        "%s %s: %s; re-sending on a new connection (%d re-send(s) left)",
+                        "%s %s: %s; re-sending; that connection is closed (%d re-send(s) left)",
                         request.method,
                         attempt.url,
                         error,

@@ -566,7 +566,7 @@ def test_stalls_and_resends_are_logged_without_secrets(
         )
     records = [r for r in caplog.records if r.name == "hermes_transport"]
     text = "\n".join(r.getMessage() for r in records)
-    assert "on attempt 1; re-sending on a new connection (0 re-send(s) left)" in text
+    assert "on attempt 1; re-sending; that connection is closed (0 re-send(s) left)" in text
     assert "re-sending" in text
     assert "attempt 2; no re-send left" in text
     assert "0.2 s" in text
