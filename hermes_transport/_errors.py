@@ -22,7 +22,7 @@ callers that catch either keep working.
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 import httpx
 
@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 Stage = Literal["first_event", "mid_stream"]
+_E = TypeVar("_E", bound=Exception)
 
 
 class StreamStalled(httpx.ReadTimeout, httpx.RemoteProtocolError):
@@ -77,17 +78,23 @@ class StreamInterrupted(InterruptedError):
         self.stage = stage
 
 
-_sdk_classes: dict[type[Exception], type[StreamInterrupted]] = {}
+_sdk_classes: dict[tuple[type[Exception], type[Exception]], type[Exception]] = {}
 
 
-def _sdk_interrupted(sdk_error: type[Exception]) -> type[StreamInterrupted]:
-    cls = _sdk_classes.get(sdk_error)
-    if cls is None:
-        attrs = {"__module__": __name__, "__doc__": StreamInterrupted.__doc__}
-        cls = _sdk_classes[sdk_error] = type(
-            "StreamInterrupted", (StreamInterrupted, sdk_error), attrs
-        )
-    return cls
+def _also_sdk_error(cls: type[_E]) -> type[_E]:
+    """``cls``, also made an ``openai.OpenAIError`` when the SDK is loaded.
+
+    openai 2.x and 3.x let their own errors raised from a transport through
+    untouched, without retrying them; the class keeps its name and doc.
+    """
+    sdk_error = _sdk_error()
+    if sdk_error is None:
+        return cls
+    mixed = _sdk_classes.get((cls, sdk_error))
+    if mixed is None:
+        attrs = {"__module__": __name__, "__doc__": cls.__doc__}
+        mixed = _sdk_classes[(cls, sdk_error)] = type(cls.__name__, (cls, sdk_error), attrs)
+    return cast("type[_E]", mixed)
 
 
 def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInterrupted:
@@ -99,10 +106,7 @@ def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInte
     lets it through untouched, once. ``except StreamInterrupted`` and ``except
     InterruptedError`` still catch it.
     """
-    sdk_error = _sdk_error()
-    if sdk_error is not None:
-        return _sdk_interrupted(sdk_error)(reason, stage=stage)
-    return StreamInterrupted(reason, stage=stage)
+    return _also_sdk_error(StreamInterrupted)(reason, stage=stage)
 
 
 class StallHandoff(Exception):
@@ -120,22 +124,9 @@ class StallHandoff(Exception):
         self.stall = stall
 
 
-_handoff_classes: dict[type[Exception], type[StallHandoff]] = {}
-
-
 def stall_for_caller(stall: StreamStalled, *, handoff: bool) -> Exception:
     """The exception ``handle_request`` raises for a final stall."""
-    if not handoff:
-        return stall
-    sdk_error = _sdk_error()
-    if sdk_error is None:
-        return StallHandoff(stall)
-    cls = _handoff_classes.get(sdk_error)
-    if cls is None:
-        cls = _handoff_classes[sdk_error] = type(
-            "StallHandoff", (StallHandoff, sdk_error), {"__module__": __name__}
-        )
-    return cls(stall)
+    return _also_sdk_error(StallHandoff)(stall) if handoff else stall
 
 
 def _sdk_error() -> type[Exception] | None:

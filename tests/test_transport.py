@@ -38,13 +38,12 @@ def _event(content: str) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
-def _post_stream(client: httpx.Client, server: FaultServer, **body: object) -> httpx.Response:
-    return client.send(
-        client.build_request(
-            "POST", server.base_url + "/chat/completions", json=chat_body(**body)
-        ),
-        stream=True,
-    )
+def _post_stream(
+    client: httpx.Client, target: FaultServer | str, **body: object
+) -> httpx.Response:
+    """POST a streaming chat request to a fault server, or to a full URL; return it unread."""
+    url = target if isinstance(target, str) else target.base_url + "/chat/completions"
+    return client.send(client.build_request("POST", url, json=chat_body(**body)), stream=True)
 
 
 def _normalised(body: bytes) -> bytes:
@@ -671,9 +670,7 @@ def test_a_killed_close_delimited_body_raises_instead_of_ending(
     with _close_delimited_server(events) as url:
         client = watchdog_client(stale=0.4, retries=0)
         with pytest.raises(StreamStalled) as info:
-            _read_all(
-                client.send(client.build_request("POST", url, json=chat_body()), stream=True)
-            )
+            _read_all(_post_stream(client, url))
     assert info.value.stage == stage
 
 
