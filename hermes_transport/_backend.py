@@ -25,44 +25,37 @@ except ImportError:  # pragma: no cover - another httpcore layout: connect is no
 
 from ._guard import Guard, current_guard
 
-__all__ = ["TrackingBackend", "shutdown_socket"]
+__all__ = ["Tracked", "TrackingBackend", "TrackingStream", "shutdown_socket"]
 
 
 def shutdown_socket(sock: object) -> None:
     """Shut ``sock`` down from any thread, waking a reader blocked on it.
 
     ``ssl.SSLSocket.shutdown`` would tear the TLS session down from this
-    thread; the plain socket call only stops the transport underneath.
+    thread; the plain socket call only stops the transport underneath. The
+    socket objects of event loops (asyncio's ``TransportSocket``, trio's
+    socket) wrap a plain socket, which is shut down the same way.
     """
+    if not isinstance(sock, socket.socket):
+        sock = getattr(sock, "_sock", None)
     if isinstance(sock, socket.socket):
         # OSError: already closed or never connected, so nothing is left to wake.
         with contextlib.suppress(OSError):
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class TrackingStream(httpcore.NetworkStream):
-    """A network stream that attaches itself to the guard of whoever uses it.
+class Tracked:
+    """A network stream that attaches itself to the guard of whichever request writes to it.
 
-    It also refuses to have its socket closed under a live request by another
-    thread: httpcore's pool can decide, on one thread, to close a connection
-    it has just handed to a request on another (encode/httpcore#1110), which
-    leaves that request reading a closed socket (EBADF, or a hang until its
-    read timeout). Such a close is deferred until the request's guard closes.
+    Owner state: ``_guard`` is the guard it is attached to, changed only by
+    the request using the stream.
     """
 
-    __slots__ = ("_guard", "_inner", "_owner")
+    _guard: Guard | None
+    _inner: httpcore.NetworkStream | httpcore.AsyncNetworkStream
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-        # Owner-thread state: the guard this stream is attached to, and the
-        # thread of the request that last wrote to it.
-        self._guard: Guard | None = None
-        self._owner = 0
-        self._follow()
-
-    def _follow(self) -> None:
+    def _follow(self) -> Guard | None:
         guard = current_guard.get()
-        self._owner = threading.get_ident()
         if guard is not None:
             guard.stage = "sending"
         if guard is not self._guard:
@@ -71,14 +64,50 @@ class TrackingStream(httpcore.NetworkStream):
             self._guard = guard
             if guard is not None:
                 guard.attach(self)
+        return guard
+
+    def _reading(self) -> None:
+        guard = self._guard
+        if guard is not None and guard.stage == "sending":
+            guard.stage = "headers"
+
+    def _detach(self) -> None:
+        if self._guard is not None:
+            self._guard.detach(self)
+            self._guard = None
 
     def kill(self) -> None:
         shutdown_socket(self._inner.get_extra_info("socket"))
 
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class TrackingStream(Tracked, httpcore.NetworkStream):
+    """A sync network stream that attaches itself to the guard of whoever uses it.
+
+    It also refuses to have its socket closed under a live request by another
+    thread: httpcore's pool can decide, on one thread, to close a connection
+    it has just handed to a request on another (encode/httpcore#1110), which
+    leaves that request reading a closed socket (EBADF, or a hang until its
+    read timeout). Such a close is deferred until the request's guard closes.
+    """
+
+    _inner: httpcore.NetworkStream
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+        self._guard: Guard | None = None
+        # The thread of the request that last wrote to it.
+        self._owner = 0
+        self._follow()
+
+    def _follow(self) -> Guard | None:
+        self._owner = threading.get_ident()
+        return super()._follow()
+
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        guard = self._guard
-        if guard is not None and guard.stage == "sending":
-            guard.stage = "headers"
+        self._reading()
         return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -89,9 +118,7 @@ class TrackingStream(httpcore.NetworkStream):
         guard = self._guard
         if guard is not None and self._owner != threading.get_ident() and guard.defer_close(self):
             return  # another thread's live request reads this socket: it closes it later
-        if guard is not None:
-            guard.detach(self)
-            self._guard = None
+        self._detach()
         self._inner.close()
 
     def finish_close(self) -> None:
@@ -106,9 +133,7 @@ class TrackingStream(httpcore.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
         guard, sock = self._guard, self._inner.get_extra_info("socket")
-        if self._guard is not None:
-            self._guard.detach(self)
-            self._guard = None
+        self._detach()
         if (
             guard is None
             or SyncStream is None
@@ -121,9 +146,6 @@ class TrackingStream(httpcore.NetworkStream):
         return TrackingStream(
             SyncStream(_handshake_guarded(guard, sock, ssl_context, server_hostname, timeout))
         )
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
 
 
 class _Connecting:

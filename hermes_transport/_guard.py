@@ -1,7 +1,8 @@
 """``Guard``: one request attempt's liveness state, shared by three threads.
 
-The caller's thread runs the request; the watchdog thread may expire it; any
-thread holding an ``Interrupt`` may interrupt it. Killing means shutting the
+The caller's thread runs the request (for an async request: its event loop);
+the watchdog (thread, or loop timer) may expire it; any thread holding an
+``Interrupt`` may interrupt it. Killing means shutting the
 attempt's socket down so the caller's blocked read returns at once; the
 caller's thread then raises the error the guard records.
 
@@ -15,7 +16,10 @@ Invariants, all under ``_lock``:
 - a close of the attached connection by another thread while the guard is
   open is deferred (``defer_close``) and done when the guard closes, so no
   socket is closed under a request that is still using it.
-Shutdown is the only I/O done under the lock; it does not block.
+- with no connection attached, a kill stops the ``fallback`` instead (an async
+  attempt cancels its own cancel scope: connecting, DNS, a pool wait).
+Shutdown (or scheduling a cancel on an event loop) is the only work done
+under the lock; neither blocks.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Guard:
         "_closed",
         "_conn",
         "_deferred_close",
+        "_fallback",
         "_lock",
         "_tokens",
         "deadline",
@@ -73,6 +78,7 @@ class Guard:
         self.fired_stage: str | None = None
         self._lock = threading.Lock()
         self._conn: Killable | None = None
+        self._fallback: Killable | None = None
         self._closed = False
         self._deferred_close: DeferredClose | None = None
         self._tokens: Sequence[Interrupt] = ()
@@ -102,6 +108,15 @@ class Guard:
                 # Fired before the attempt had a socket (e.g. while connecting).
                 conn.kill()
 
+    def set_fallback(self, fallback: Killable | None) -> None:
+        """What a kill stops while no connection is attached (an async attempt's cancel scope)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._fallback = fallback
+            if fallback is not None and self.fired is not None and self._conn is None:
+                fallback.kill()
+
     def detach(self, conn: Killable) -> None:
         """Forget ``conn``; after this returns no kill can touch it."""
         with self._lock:
@@ -129,6 +144,7 @@ class Guard:
         with self._lock:
             self._closed = True
             self._conn = None
+            self._fallback = None
             self.deadline = None
             deferred, self._deferred_close = self._deferred_close, None
         if deferred is not None:
@@ -147,8 +163,9 @@ class Guard:
             # (httpcore reads the response after a failed write).
             self.fired_stage = self.stage
             self.deadline = None
-            if self._conn is not None:
-                self._conn.kill()
+            target = self._conn if self._conn is not None else self._fallback
+            if target is not None:
+                target.kill()
 
 
 # The guard of the attempt running in this context: network streams read it to

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Protocol
 
-__all__ = ["Target", "Watchdog", "watchdog"]
+__all__ = ["DeadlineHeap", "Target", "Watchdog", "expire_all", "watchdog"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -42,31 +42,84 @@ class Target(Protocol):
     def expire(self) -> None: ...
 
 
+class DeadlineHeap:
+    """Targets ordered by deadline, with lazy re-arming. Pure: no clock, no lock, no I/O.
+
+    Entries are never moved: a target whose ``deadline`` moved later is pushed
+    back when its old entry comes due, and a disarmed one (``deadline`` is
+    ``None``) is dropped then. Compaction keeps the heap from filling up with
+    disarmed entries; its cost is amortised O(1) per push.
+    """
+
+    __slots__ = ("_compact_at", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Target]] = []
+        self._seq = itertools.count()
+        self._compact_at = _COMPACT_FLOOR
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, target: Target) -> bool:
+        """Add ``target`` at its current deadline; whether it is now the earliest entry."""
+        deadline = target.deadline
+        if deadline is None:
+            return False
+        heapq.heappush(self._heap, (deadline, next(self._seq), target))
+        if len(self._heap) >= self._compact_at:
+            self._compact()
+        return self._heap[0][2] is target
+
+    def earliest(self) -> float | None:
+        """The deadline of the first entry (possibly a stale one), or ``None`` if empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now: float) -> list[Target]:
+        """Remove and return the targets whose current deadline is ``<= now``."""
+        heap, due = self._heap, []
+        while heap and heap[0][0] <= now:
+            _, _, target = heapq.heappop(heap)
+            current = target.deadline
+            if current is None:
+                continue
+            if current > now:
+                heapq.heappush(heap, (current, next(self._seq), target))
+                continue
+            due.append(target)
+        return due
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._compact_at = _COMPACT_FLOOR
+
+    def _compact(self) -> None:
+        # Disarmed targets otherwise linger until their old deadline pops.
+        self._heap = [entry for entry in self._heap if entry[2].deadline is not None]
+        heapq.heapify(self._heap)
+        self._compact_at = max(_COMPACT_FLOOR, 2 * len(self._heap))
+
+
 class Watchdog:
     """A heap of deadlines served by one lazily started daemon thread."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, Target]] = []
-        self._seq = itertools.count()
+        self._heap = DeadlineHeap()
         self._thread: threading.Thread | None = None
-        self._compact_at = _COMPACT_FLOOR
 
     def arm(self, target: Target) -> None:
         """Watch ``target`` until its ``deadline`` passes or becomes ``None``."""
-        deadline = target.deadline
-        if deadline is None:
-            return
         with self._cond:
-            heapq.heappush(self._heap, (deadline, next(self._seq), target))
-            if len(self._heap) >= self._compact_at:
-                self._compact()
+            earliest = self._heap.push(target)
             if self._thread is None:
+                if not self._heap:
+                    return
                 self._thread = threading.Thread(
                     target=self._run, name="hermes-transport-watchdog", daemon=True
                 )
                 self._thread.start()
-            elif self._heap[0][2] is target:
+            elif earliest:
                 # Only an earlier deadline than the one being slept on needs a wake-up.
                 self._cond.notify()
 
@@ -80,55 +133,37 @@ class Watchdog:
         with self._cond:
             return len(self._heap)
 
-    def _compact(self) -> None:
-        # Disarmed targets otherwise linger until their old deadline pops.
-        self._heap = [entry for entry in self._heap if entry[2].deadline is not None]
-        heapq.heapify(self._heap)
-        self._compact_at = max(_COMPACT_FLOOR, 2 * len(self._heap))
-
     def _run(self) -> None:
         while True:
             due = self._wait_for_due()
             # Expire outside the lock: expiry shuts sockets down, and arm()
             # must never wait behind I/O.
-            for target in due:
-                try:
-                    target.expire()
-                except Exception:  # a bug, but the watcher must live on for the others
-                    logger.exception("watchdog: expiring %r failed", target)
+            expire_all(due)
 
     def _wait_for_due(self) -> list[Target]:
-        due: list[Target] = []
         with self._cond:
             while True:
-                heap = self._heap
-                if not heap:
-                    if due:
-                        return due
-                    self._cond.wait()
-                    continue
-                deadline, _, target = heap[0]
                 now = time.monotonic()
-                if deadline > now:
-                    if due:
-                        return due
-                    self._cond.wait(deadline - now)
-                    continue
-                heapq.heappop(heap)
-                current = target.deadline
-                if current is None:
-                    continue
-                if current > now:
-                    heapq.heappush(heap, (current, next(self._seq), target))
-                    continue
-                due.append(target)
+                due = self._heap.pop_due(now)
+                if due:
+                    return due
+                earliest = self._heap.earliest()
+                self._cond.wait(None if earliest is None else earliest - now)
 
     def _after_fork(self) -> None:
         # The thread does not exist in a forked child; the lock may be held by it.
         self._cond = threading.Condition(threading.Lock())
-        self._heap = []
+        self._heap = DeadlineHeap()
         self._thread = None
-        self._compact_at = _COMPACT_FLOOR
+
+
+def expire_all(due: list[Target]) -> None:
+    """Expire each target; one that fails is logged and does not stop the others."""
+    for target in due:
+        try:
+            target.expire()
+        except Exception:  # a bug, but the watcher must live on for the others
+            logger.exception("watchdog: expiring %r failed", target)
 
 
 watchdog = Watchdog()

@@ -1,0 +1,369 @@
+"""What the sync and async transports share: one request's attempts, and its watched body.
+
+The transports are I/O shells around this: ``Exchange`` decides budgets,
+re-sends and which error a killed attempt raises; ``BodyWatch`` holds the
+per-stream state and the per-chunk step. Neither does I/O, sleeps or awaits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from ._backend import Tracked, shutdown_socket
+from ._calls import Call, call_for_request
+from ._errors import (
+    StreamInterrupted,
+    StreamStalled,
+    interrupted_before_response,
+    stall_for_caller,
+)
+from ._guard import Guard
+from ._interrupt import Interrupt
+from ._policy import StreamPolicy
+from ._progress import ProgressMeter, is_event_stream, wants_stream
+
+__all__ = ["HOLD_LIMIT", "Attempt", "BodyWatch", "Exchange", "Fired", "refuse_http2"]
+
+logger = logging.getLogger("hermes_transport")
+
+#: Bytes of a streaming response held back while waiting for its first event.
+#: Past this the response is handed up as if the first event had arrived.
+HOLD_LIMIT = 1024 * 1024
+
+Arm = Callable[[Guard], None]
+
+_STAGES = {
+    "connecting": "connecting",
+    "sending": "sending the request",
+    "headers": "waiting for headers",
+    "first_event": "waiting for the first event",
+    "mid_stream": "reading the stream",
+    "body": "reading the body",
+}
+
+
+class Fired(Exception):
+    """The guard fired while no I/O error said so (no socket to shut down)."""
+
+
+class Attempt:
+    """What one attempt needs to say what happened to it."""
+
+    __slots__ = ("budget", "number", "request", "started", "url")
+
+    def __init__(self, request: httpx.Request, number: int, budget: float | None) -> None:
+        self.request = request
+        self.number = number  # of the logical call, SDK retries and runner re-sends included
+        self.budget = budget
+        self.started = time.monotonic()
+        # Never log a query string: some providers put API keys there.
+        url = request.url
+        self.url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+
+
+def _mapped_error(
+    guard: Guard,
+    attempt: Attempt,
+    stale: float | None,
+    events: int,
+    exc: BaseException,
+    *,
+    in_body: bool,
+) -> Exception | None:
+    """The error to raise for ``exc`` if the guard killed the attempt, else ``None``.
+
+    The one place where a killed connection's httpx error becomes ours.
+    ``in_body``: raised while the caller reads the body, not in ``handle_request``.
+    """
+    if guard.fired is None or not isinstance(exc, (httpx.TransportError, OSError, Fired)):
+        return None
+    elapsed = time.monotonic() - attempt.started
+    stage = guard.fired_stage or guard.stage
+    if guard.fired == "interrupted":
+        reason = guard.reason or "interrupted"
+        logger.info(
+            "%s %s interrupted while %s, %.3f s into the attempt: %s",
+            attempt.request.method,
+            attempt.url,
+            _STAGES.get(stage, stage),
+            elapsed,
+            reason,
+        )
+        if in_body:
+            return StreamInterrupted(reason, stage=stage)
+        return interrupted_before_response(reason, stage=stage)
+    if stage == "mid_stream":
+        assert stale is not None
+        return StreamStalled(
+            f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
+            f" {elapsed:.2f} s into attempt {attempt.number}",
+            request=attempt.request,
+            stage="mid_stream",
+            budget=stale,
+            elapsed=elapsed,
+            attempts=attempt.number,
+        )
+    assert attempt.budget is not None
+    return StreamStalled(
+        f"stream stalled: no first event within {attempt.budget:g} s"
+        f" ({_STAGES.get(stage, stage)}) on attempt {attempt.number}",
+        request=attempt.request,
+        stage="first_event",
+        budget=attempt.budget,
+        elapsed=elapsed,
+        attempts=attempt.number,
+    )
+
+
+class _ForeignConnection:
+    """Kill switch for a socket found in ``network_stream`` of an untracked transport."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def kill(self) -> None:
+        shutdown_socket(self._stream.get_extra_info("socket"))
+
+
+def refuse_http2(enabled: object, transport: str) -> None:
+    if enabled:
+        raise ValueError(
+            f"http2=True is not supported by {transport}: HTTP/2 multiplexes"
+            " streams over one socket, and shutting that socket down to stop one"
+            " stalled or interrupted stream would kill every sibling stream; use HTTP/1.1"
+        )
+
+
+def check_settings(
+    transport: str, inner: object, policy: object, interrupt: object, settings: dict[str, Any]
+) -> None:
+    """Validate a transport's constructor arguments; the message names the culprit."""
+    if inner is not None and settings:
+        raise TypeError(
+            f"{transport} got {', '.join(sorted(settings))} together"
+            " with an inner transport: those settings configure the transport it builds"
+            " when inner is None; configure your inner transport instead"
+        )
+    if inner is None:
+        refuse_http2(settings.get("http2"), transport)
+    if policy is not None and not isinstance(policy, StreamPolicy):
+        raise TypeError(f"policy must be a StreamPolicy or None, got {policy!r}")
+    if interrupt is not None and not isinstance(interrupt, Interrupt):
+        raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
+
+
+class Exchange:
+    """The attempts of one ``handle_request``: budgets, re-sends, and their errors.
+
+    The shell loops: ``begin()`` an attempt, send it, and on an exception ask
+    ``failed()`` whether to send again (``None``) or what to raise.
+    """
+
+    __slots__ = ("_budget", "_call", "_policy", "_replayable", "_request", "_tokens")
+
+    def __init__(
+        self,
+        request: httpx.Request,
+        policy: StreamPolicy,
+        own_interrupt: Interrupt | None,
+        bound: Sequence[Interrupt],
+    ) -> None:
+        self._request = request
+        self._policy = policy
+        self._replayable = isinstance(request.stream, httpx.ByteStream)
+        streaming = wants_stream(
+            request.headers.get("accept", ""),
+            request.headers.get("content-type", ""),
+            request.content if self._replayable else None,
+        )
+        self._budget = policy.first_event_budget if streaming else None
+        self._call: Call | None = (
+            call_for_request(request.headers, policy.retries) if self._budget is not None else None
+        )
+        if self._call is not None and self._call.exhausted_by_stalls():
+            # An SDK retry of a stream whose re-sends are spent: fail at once, offline.
+            assert self._call.last_stall is not None
+            raise stall_for_caller(self._call.last_stall, handoff=self._call.handoff)
+        self._tokens = (*bound, own_interrupt) if own_interrupt is not None else tuple(bound)
+
+    @property
+    def gated(self) -> bool:
+        """Whether the response is held back until its first progress event."""
+        return self._budget is not None
+
+    def begin(self) -> tuple[Guard, Attempt]:
+        """A new attempt with its guard bound to the interrupt tokens; raises if one fired.
+
+        The guard's deadline is set; the shell arms it on its watchdog.
+        """
+        call, request = self._call, self._request
+        attempt = Attempt(request, call.start_attempt() if call is not None else 1, self._budget)
+        guard = Guard()
+        if not guard.bind(self._tokens):
+            reason = guard.reason or "interrupted"
+            logger.info(
+                "%s %s not sent: already interrupted: %s", request.method, attempt.url, reason
+            )
+            raise interrupted_before_response(reason, stage="before_sending")
+        if self._budget is not None:
+            guard.deadline = attempt.started + self._budget
+        return guard, attempt
+
+    def succeeded(self) -> None:
+        if self._call is not None:
+            self._call.last_stall = None
+
+    def failed(self, guard: Guard, attempt: Attempt, exc: BaseException) -> BaseException | None:
+        """After the attempt raised ``exc`` (its guard closed): ``None`` to send it again,
+        else the exception to raise (``exc`` itself when the guard did not kill it)."""
+        request = self._request
+        error = _mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
+        if error is None:
+            return exc
+        if not isinstance(error, StreamStalled):
+            return error
+        call = self._call
+        assert call is not None
+        call.last_stall = error
+        if self._replayable and call.take_resend():
+            logger.warning(
+                "%s %s: %s; re-sending; that connection is closed (%d re-send(s) left)",
+                request.method,
+                attempt.url,
+                error,
+                call.resends_left,
+            )
+            return None
+        logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
+        error.__cause__ = exc  # kept when the runner unwraps a handoff
+        return stall_for_caller(error, handoff=call.handoff)
+
+    def meter_for(
+        self, response: httpx.Response, guard: Guard, sockets_reachable: bool
+    ) -> ProgressMeter | None:
+        """The progress meter of a response just received (``None``: not an event stream).
+
+        Raises ``Fired`` if the guard fired meanwhile; lets the guard reach the
+        socket of an untracked inner transport.
+        """
+        if guard.fired is not None:
+            raise Fired
+        if not sockets_reachable:
+            network_stream = response.extensions.get("network_stream")
+            if network_stream is not None and not isinstance(network_stream, Tracked):
+                guard.attach(_ForeignConnection(network_stream))
+        if is_event_stream(response.status_code, response.headers.get("content-type", "")):
+            return ProgressMeter(response.headers.get("content-encoding", ""))
+        # Not watched for progress, but interruptible, and the guard keeps the
+        # socket from being closed under the body by another thread.
+        return None
+
+
+class BodyWatch:
+    """The watched state of one response body; the sync and async streams build on it.
+
+    Owner-thread state except ``guard``, which the watchdog and interrupt
+    tokens read under its lock.
+    """
+
+    def __init__(
+        self,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        arm: Arm,
+    ) -> None:
+        self._guard = guard
+        self._attempt = attempt
+        self._meter = meter
+        self._stale = stale
+        self._arm = arm
+        self._armed = False  # the stale deadline is in the watchdog's heap
+        self._held: list[bytes] = []
+        self._held_size = 0
+        guard.stage = "first_event" if meter is not None else "body"
+        # Closes the guard once: on close, or when a response dropped unclosed
+        # is collected (which also runs any close deferred on the guard).
+        self._release_guard = weakref.finalize(self, guard.close)
+
+    def _hold(self, chunk: bytes) -> bool:
+        """Hold a chunk read before the first event; whether holding is over."""
+        if self._guard.fired is not None:
+            raise Fired
+        self._held.append(chunk)
+        self._held_size += len(chunk)
+        assert self._meter is not None
+        if self._meter.feed(chunk) or self._held_size >= HOLD_LIMIT:
+            self._progressed()
+            return True
+        return False
+
+    def _ended(self) -> None:
+        """The inner body ended."""
+        if self._guard.fired is not None:
+            raise Fired  # a close-delimited body "ends" when its socket is shut down
+
+    def _take_held(self) -> list[bytes]:
+        held, self._held = self._held, []
+        return held
+
+    def _progressed(self) -> None:
+        guard = self._guard
+        guard.stage = "mid_stream"
+        if self._stale is None or (self._meter is not None and self._meter.done):
+            guard.deadline = None
+            return
+        guard.deadline = time.monotonic() + self._stale
+        if not self._armed:
+            # Once per attempt: the stale deadline may be earlier than the
+            # first-event one the heap holds, so it must be pushed, not lazily moved.
+            self._armed = True
+            self._arm(guard)
+
+    def _saw(self, chunk: bytes) -> None:
+        """The per-chunk step: one scan, and on progress a clock read and an attribute write."""
+        if self._guard.fired is not None:
+            raise Fired
+        meter = self._meter
+        if meter is not None and meter.feed(chunk):
+            if self._armed and not meter.done:
+                self._guard.deadline = time.monotonic() + self._stale  # type: ignore[operator]
+            else:
+                self._progressed()
+
+    def _failure(self, exc: BaseException) -> Exception | None:
+        """The error to raise instead of ``exc`` (the body is already closed), if any."""
+        meter = self._meter
+        error = _mapped_error(
+            self._guard,
+            self._attempt,
+            self._stale,
+            meter.events if meter is not None else 0,
+            exc,
+            in_body=True,
+        )
+        if isinstance(error, StreamStalled):
+            attempt = self._attempt
+            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
+        return error
+
+
+def rebuilt(
+    response: httpx.Response, stream: httpx.SyncByteStream | httpx.AsyncByteStream
+) -> httpx.Response:
+    """``response`` with its body replaced; ``extensions`` kept (the network stream is there)."""
+    return httpx.Response(
+        status_code=response.status_code,
+        headers=response.headers,
+        stream=stream,
+        extensions=response.extensions,
+    )
