@@ -2,18 +2,26 @@
 
 ``WatchdogTransport`` watches server-sent-events streams for real progress
 (data events, not keepalive comments), cuts a stream that stalls, and re-sends
-one that stalled before its first event, all on the caller's own thread.
+one that stalled before its first event, all on the caller's own thread;
+``AsyncWatchdogTransport`` does the same on an asyncio or trio event loop.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ._async_transport import AsyncWatchdogTransport
 from ._errors import StreamInterrupted, StreamStalled
-from ._factory import http_client_for, openai_client_for, should_stream_inline
+from ._factory import (
+    async_http_client_for,
+    async_openai_client_for,
+    http_client_for,
+    openai_client_for,
+    should_stream_inline,
+)
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
-from ._runner import stream_chat_completion
+from ._runner import astream_chat_completion, stream_chat_completion
 from ._transport import WatchdogTransport
 
 __version__ = "0.1.0"
@@ -22,11 +30,15 @@ __version__ = "0.1.0"
 logging.getLogger("hermes_transport").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AsyncWatchdogTransport",
     "Interrupt",
     "StreamInterrupted",
     "StreamPolicy",
     "StreamStalled",
     "WatchdogTransport",
+    "astream_chat_completion",
+    "async_http_client_for",
+    "async_openai_client_for",
     "http_client_for",
     "openai_client_for",
     "should_stream_inline",

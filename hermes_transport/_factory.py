@@ -9,11 +9,13 @@ a /stop while the request runs. Both get the same watchdog transport.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
+from ._async_transport import AsyncWatchdogTransport
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
 from ._transport import WatchdogTransport
@@ -28,11 +30,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientProfile",
+    "async_http_client_for",
+    "async_openai_client_for",
     "http_client_for",
     "openai_client_for",
     "profile_of",
     "should_stream_inline",
 ]
+
+_Client = TypeVar("_Client", httpx.Client, httpx.AsyncClient)
+_SDK = TypeVar("_SDK")
 
 INLINE_PLATFORMS = frozenset({"cron", "subagent"})
 
@@ -118,40 +125,84 @@ def http_client_for(
     timeout with 5 s to connect, following redirects), with socket timeouts
     raised above the watchdog's budgets; given settings win.
     """
+    profile = _profile(platform, api_mode, provider, policy, interrupt)
+    return _http_client(
+        "http_client_for", httpx.Client, WatchdogTransport, profile, httpx_client_kwargs
+    )
+
+
+def async_http_client_for(
+    platform: str | None,
+    *,
+    api_mode: str = "chat_completions",
+    provider: str | None = None,
+    policy: StreamPolicy | None = None,
+    interrupt: Interrupt | None = None,
+    **httpx_async_client_kwargs: Any,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``."""
+    profile = _profile(platform, api_mode, provider, policy, interrupt)
+    return _http_client(
+        "async_http_client_for",
+        httpx.AsyncClient,
+        AsyncWatchdogTransport,
+        profile,
+        httpx_async_client_kwargs,
+    )
+
+
+def _profile(
+    platform: str | None,
+    api_mode: str,
+    provider: str | None,
+    policy: StreamPolicy | None,
+    interrupt: Interrupt | None,
+) -> ClientProfile:
+    return ClientProfile(
+        inline=should_stream_inline(platform, api_mode, provider),
+        policy=policy if policy is not None else StreamPolicy.from_env(),
+        interrupt=interrupt,
+    )
+
+
+def _http_client(
+    factory: str,
+    client_class: type[_Client],
+    transport_class: type[WatchdogTransport] | type[AsyncWatchdogTransport],
+    profile: ClientProfile,
+    client_kwargs: dict[str, Any],
+) -> _Client:
     for name in ("transport", "mounts", "app"):
-        if name in httpx_client_kwargs:
+        if name in client_kwargs:
             raise TypeError(
-                f"http_client_for() builds the transport itself; {name}= would bypass it"
+                f"the client factory builds the transport itself; {name}= would bypass it"
             )
-    policy = policy if policy is not None else StreamPolicy.from_env()
+    policy, interrupt = profile.policy, profile.interrupt
     transport_kwargs = {
-        name: httpx_client_kwargs.pop(name)
-        for name in TRANSPORT_SETTINGS
-        if name in httpx_client_kwargs
+        name: client_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in client_kwargs
     }
     transport_kwargs.setdefault("limits", SDK_LIMITS)
     if "trust_env" in transport_kwargs:
-        httpx_client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
-    transport = WatchdogTransport(policy=policy, interrupt=interrupt, **transport_kwargs)
-    httpx_client_kwargs.setdefault("timeout", default_timeout(policy))
-    httpx_client_kwargs.setdefault("follow_redirects", True)
-    mounts = _environment_proxy_mounts(policy, interrupt, transport_kwargs)
-    client = httpx.Client(transport=transport, mounts=mounts, **httpx_client_kwargs)
-    _profiles[client] = ClientProfile(
-        inline=should_stream_inline(platform, api_mode, provider),
-        policy=policy,
-        interrupt=interrupt,
-    )
+        client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
+    transport = transport_class(policy=policy, interrupt=interrupt, **transport_kwargs)
+    client_kwargs.setdefault("timeout", default_timeout(policy))
+    client_kwargs.setdefault("follow_redirects", True)
+    mounts = _environment_proxy_mounts(transport_class, profile, transport_kwargs)
+    # The transport class matches the client class; the pairing is by argument.
+    client = client_class(transport=cast(Any, transport), mounts=mounts, **client_kwargs)
+    _profiles[client] = profile
     return client
 
 
 def _environment_proxy_mounts(
-    policy: StreamPolicy, interrupt: Interrupt | None, transport_kwargs: dict[str, Any]
-) -> dict[str, httpx.BaseTransport | None] | None:
+    transport_class: type[WatchdogTransport] | type[AsyncWatchdogTransport],
+    profile: ClientProfile,
+    transport_kwargs: dict[str, Any],
+) -> dict[str, Any] | None:
     """Watchdog transports for HTTP(S)_PROXY / ALL_PROXY / NO_PROXY, as httpx would mount.
 
-    httpx.Client honours proxy environment variables only when it builds its
-    own transport; without this, a factory client would silently go direct.
+    httpx clients honour proxy environment variables only when they build
+    their own transport; without this, a factory client would silently go direct.
     """
     if not transport_kwargs.get("trust_env", True) or "proxy" in transport_kwargs:
         return None
@@ -161,7 +212,9 @@ def _environment_proxy_mounts(
     return {
         pattern: None
         if url is None
-        else WatchdogTransport(policy=policy, interrupt=interrupt, proxy=url, **transport_kwargs)
+        else transport_class(
+            policy=profile.policy, interrupt=profile.interrupt, proxy=url, **transport_kwargs
+        )
         for pattern, url in proxies.items()
     }
 
@@ -185,33 +238,87 @@ def openai_client_for(
     """
     import openai
 
+    return _sdk_client(
+        "openai_client_for",
+        openai.OpenAI,
+        http_client_for,
+        _Choice(platform, api_mode, provider, policy, interrupt),
+        openai_kwargs,
+    )
+
+
+def async_openai_client_for(
+    platform: str | None,
+    *,
+    api_mode: str = "chat_completions",
+    provider: str | None = None,
+    policy: StreamPolicy | None = None,
+    interrupt: Interrupt | None = None,
+    **openai_kwargs: Any,
+) -> openai.AsyncOpenAI:
+    """An ``openai.AsyncOpenAI`` client for this kind of caller; as ``openai_client_for``.
+
+    Its ``http_client`` comes from ``async_http_client_for``. An async caller
+    always streams on its own event loop (``astream_chat_completion``); the
+    platform still picks the policy recorded for the client.
+    """
+    import openai
+
+    return _sdk_client(
+        "async_openai_client_for",
+        openai.AsyncOpenAI,
+        async_http_client_for,
+        _Choice(platform, api_mode, provider, policy, interrupt),
+        openai_kwargs,
+    )
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The arguments every factory shares."""
+
+    platform: str | None
+    api_mode: str
+    provider: str | None
+    policy: StreamPolicy | None
+    interrupt: Interrupt | None
+
+
+def _sdk_client(
+    factory: str,
+    sdk_class: Callable[..., _SDK],
+    http_factory: Callable[..., Any],
+    choice: _Choice,
+    openai_kwargs: dict[str, Any],
+) -> _SDK:
     connection = {
         name: openai_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in openai_kwargs
     }
     http_client = openai_kwargs.pop("http_client", None)
     if http_client is None:
-        http_client = http_client_for(
-            platform,
-            api_mode=api_mode,
-            provider=provider,
-            policy=policy,
-            interrupt=interrupt,
+        http_client = http_factory(
+            choice.platform,
+            api_mode=choice.api_mode,
+            provider=choice.provider,
+            policy=choice.policy,
+            interrupt=choice.interrupt,
             **connection,
         )
     elif connection:
         raise TypeError(
-            f"openai_client_for() got {', '.join(sorted(connection))} together with an"
-            " http_client: configure the http_client you pass instead"
+            f"{factory}() got {', '.join(sorted(connection))} together with"
+            " an http_client: configure the http_client you pass instead"
         )
     given = profile_of(http_client)
+    policy, interrupt = choice.policy, choice.interrupt
     if policy is None:
         policy = given.policy if given is not None else transport_policy(http_client)
     if interrupt is None and given is not None:
         interrupt = given.interrupt
     openai_kwargs.setdefault("timeout", default_timeout(policy))
-    client = openai.OpenAI(http_client=http_client, **openai_kwargs)
+    client = sdk_class(http_client=http_client, **openai_kwargs)
     _profiles[client] = ClientProfile(
-        inline=should_stream_inline(platform, api_mode, provider),
+        inline=should_stream_inline(choice.platform, choice.api_mode, choice.provider),
         policy=policy,
         interrupt=interrupt,
     )
@@ -221,6 +328,6 @@ def openai_client_for(
 def transport_policy(http_client: object) -> StreamPolicy:
     """The policy of the watchdog transport under ``http_client``, else the environment's."""
     transport = getattr(http_client, "_transport", None)
-    if isinstance(transport, WatchdogTransport):
+    if isinstance(transport, (WatchdogTransport, AsyncWatchdogTransport)):
         return transport.policy
     return StreamPolicy.from_env()

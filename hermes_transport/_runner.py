@@ -1,4 +1,4 @@
-"""``stream_chat_completion``: stream one chat completion to the end, inline or on a worker.
+"""Stream one chat completion to the end: inline, on a worker, or on an event loop.
 
 Inline, the request is issued and read on the calling thread. On a worker, it
 runs on one thread (started per call, with the caller's contextvars) while the
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-__all__ = ["stream_chat_completion"]
+__all__ = ["astream_chat_completion", "stream_chat_completion"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -63,70 +64,155 @@ def stream_chat_completion(
     transport's own re-sends, one call makes at most ``policy.retries + 1``
     attempts.
     """
-    if create_kwargs.get("stream", True) is not True:
-        raise ValueError("stream_chat_completion() always streams; drop stream=False")
-    create_kwargs["stream"] = True
-    profile = profile_of(client)
+    job = _Job.of(client, interrupt, on_delta, create_kwargs)
     if inline is None:
+        profile = profile_of(client)
         inline = profile.inline if profile is not None else True
-    if profile is not None:
-        policy = profile.policy
-    else:  # the SDK keeps its httpx client in `_client`
-        policy = transport_policy(getattr(client, "_client", None))
-    tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
-    job = _Job(client, policy, tokens, on_delta, create_kwargs)
     return _stream(job) if inline else _stream_on_worker(job)
+
+
+async def astream_chat_completion(
+    client: openai.AsyncOpenAI,
+    *,
+    interrupt: Interrupt | None = None,
+    on_delta: Callable[[ChatCompletionChunk], Awaitable[None] | None] | None = None,
+    **create_kwargs: Any,
+) -> ChatCompletion:
+    """Stream a chat completion on the running event loop; as ``stream_chat_completion``.
+
+    ``on_delta`` may be a plain function or a coroutine function (awaited
+    before the next chunk is read). ``interrupt`` may be fired from any
+    thread, or from the loop. Cancelling the awaiting task cancels the call
+    as usual, closing its connection.
+    """
+    run = _Run(_Job.of(client, interrupt, on_delta, create_kwargs))
+    with run.bound():
+        while True:
+            try:
+                stream = await run.job.client.chat.completions.create(**run.job.create_kwargs)
+                try:
+                    async for chunk in stream:
+                        delivered = run.took(chunk)
+                        if delivered is not None and inspect.isawaitable(delivered):
+                            await delivered
+                finally:
+                    await stream.close()
+                return run.result()
+            except Exception as exc:
+                error = run.failure(exc)
+                if error is None:
+                    continue
+                if error is exc:
+                    raise
+                raise error from error.__cause__  # the SDK wrapper shows as context
 
 
 @dataclass(frozen=True)
 class _Job:
-    """One call of stream_chat_completion, as the inline and worker paths both need it."""
+    """One streaming call, as the inline, worker and async paths all need it."""
 
-    client: openai.OpenAI
+    client: Any  # openai.OpenAI or openai.AsyncOpenAI
     policy: StreamPolicy
     tokens: list[Interrupt]
-    on_delta: Callable[[ChatCompletionChunk], None] | None
+    on_delta: Callable[[ChatCompletionChunk], Any] | None
     create_kwargs: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        client: Any,
+        interrupt: Interrupt | None,
+        on_delta: Callable[[ChatCompletionChunk], Any] | None,
+        create_kwargs: dict[str, Any],
+    ) -> _Job:
+        if create_kwargs.get("stream", True) is not True:
+            raise ValueError("a streaming runner always streams; drop stream=False")
+        if interrupt is not None and not isinstance(interrupt, Interrupt):
+            raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
+        create_kwargs["stream"] = True
+        profile = profile_of(client)
+        if profile is not None:
+            policy = profile.policy
+        else:  # the SDK keeps its httpx client in `_client`
+            policy = transport_policy(getattr(client, "_client", None))
+        tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
+        return cls(client, policy, tokens, on_delta, create_kwargs)
+
+
+class _Run:
+    """The attempts of one streaming call: what was accumulated and delivered, and re-sends.
+
+    No I/O: the sync and async loops feed it chunks and errors.
+    """
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.call = Call(job.policy.retries, handoff=True)
+        self._begin()
+
+    def _begin(self) -> None:
+        from openai.lib.streaming.chat import ChatCompletionStreamState
+
+        self.state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
+        self.delivered = False
+        self.chunks = 0
+
+    @contextmanager
+    def bound(self) -> Iterator[None]:
+        """Bind the call's interrupt tokens and re-send budget to this context."""
+        with ExitStack() as stack:
+            for token in self.job.tokens:
+                stack.enter_context(token.bind())
+            stack.enter_context(bind_call(self.call))
+            yield
+
+    def took(self, chunk: ChatCompletionChunk) -> Any:
+        """Accumulate a chunk and hand it to ``on_delta``; return what that returned."""
+        self.state.handle_chunk(chunk)
+        self.chunks += 1
+        if self.job.on_delta is None:
+            return None
+        result = self.job.on_delta(chunk)
+        self.delivered = self.delivered or _carries_content(chunk)
+        return result
+
+    def result(self) -> ChatCompletion:
+        if not self.chunks:
+            raise httpx.RemoteProtocolError("the stream ended without a single chunk")
+        return _assembled(self.state)
+
+    def failure(self, exc: Exception) -> BaseException | None:
+        """``None`` to send the call again (after a stall nobody saw), else what to raise."""
+        error = _unwrapped(exc)
+        if (
+            isinstance(error, StreamStalled)
+            and error.stage == "mid_stream"
+            and not self.delivered
+            and self.call.take_resend()
+        ):
+            logger.warning(
+                "stream stalled after its first event with nothing delivered;"
+                " re-sending (%d re-send(s) left)",
+                self.call.resends_left,
+            )
+            self._begin()
+            return None
+        return error
 
 
 def _stream(job: _Job) -> ChatCompletion:
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-
-    on_delta = job.on_delta
-    call = Call(job.policy.retries, handoff=True)
-    with ExitStack() as stack:
-        for token in job.tokens:
-            stack.enter_context(token.bind())
-        stack.enter_context(bind_call(call))
+    run = _Run(job)
+    with run.bound():
         while True:
-            state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
-            delivered = False
-            chunks = 0
             try:
                 stream = job.client.chat.completions.create(**job.create_kwargs)
                 with contextlib.closing(stream):
                     for chunk in stream:
-                        state.handle_chunk(chunk)
-                        chunks += 1
-                        if on_delta is not None:
-                            on_delta(chunk)
-                            delivered = delivered or _carries_content(chunk)
-                if not chunks:
-                    raise httpx.RemoteProtocolError("the stream ended without a single chunk")
-                return _assembled(state)
+                        run.took(chunk)
+                return run.result()
             except Exception as exc:
-                error = _unwrapped(exc)
-                if (
-                    isinstance(error, StreamStalled)
-                    and error.stage == "mid_stream"
-                    and not delivered
-                    and call.take_resend()
-                ):
-                    logger.warning(
-                        "stream stalled after its first event with nothing delivered;"
-                        " re-sending (%d re-send(s) left)",
-                        call.resends_left,
-                    )
+                error = run.failure(exc)
+                if error is None:
                     continue
                 if error is exc:
                     raise

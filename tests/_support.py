@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from hermes_transport import Interrupt, StreamInterrupted
+
+# Generous: the target is milliseconds; shared CI machines are noisy.
+PROMPT = 1.0
 
 # Builds an httpx.Client over a WatchdogTransport: see the watchdog_client fixture.
 ClientFactory = Callable[..., httpx.Client]
@@ -21,3 +32,93 @@ def chat_body(stream: bool = True, **extra: Any) -> dict[str, Any]:
 def open_fds() -> int:
     """File descriptors this process has open (Linux)."""
     return len(os.listdir("/proc/self/fd"))
+
+
+@dataclass
+class Endpoint:
+    """Where to connect, and how to trust it."""
+
+    base_url: str
+    verify: ssl.SSLContext | bool
+
+
+def interrupt_when(token: Interrupt, ready: Callable[[], bool], delay: float = 0.1) -> list[float]:
+    """Interrupt from another thread once `ready()` holds; returns [monotonic time of interrupt]."""
+    when: list[float] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay)
+        when.append(time.monotonic())
+        token.interrupt("user pressed stop")
+
+    threading.Thread(target=run, daemon=True).start()
+    return when
+
+
+def assert_prompt(when: list[float], caught: StreamInterrupted, stage: str) -> None:
+    latency = time.monotonic() - when[0]
+    assert latency < PROMPT, f"interrupt took {latency:.3f} s"
+    assert caught.reason == "user pressed stop"
+    assert caught.stage == stage
+
+
+@contextlib.contextmanager
+def black_hole() -> Iterator[str]:
+    """A listener whose accept queue is full: connect() hangs (SYNs are dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(listener.getsockname())
+        fillers.append(filler)
+    time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        for sock in [*fillers, listener]:
+            sock.close()
+
+
+@contextlib.contextmanager
+def deaf_server(
+    context: ssl.SSLContext | None, handshake: bool = True
+) -> Iterator[tuple[str, threading.Event]]:
+    """Accepts connections (completing TLS if asked) and then never reads or answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = threading.Event()
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            accepted.set()
+            if context is not None and handshake:
+                try:
+                    conn = context.wrap_socket(conn, server_side=True)
+                except OSError:  # the client gave up mid-handshake
+                    conn.close()
+                    continue
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    scheme = "https" if context is not None else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/v1", accepted
+    finally:
+        stop.set()
+        thread.join()
+        for sock in [*held, listener]:
+            sock.close()

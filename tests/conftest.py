@@ -12,7 +12,7 @@ import trustme
 from hermes_transport import StreamPolicy, WatchdogTransport
 from hermes_transport.testing import FaultServer
 
-from _support import ClientFactory
+from _support import ClientFactory, Endpoint
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +21,18 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("HERMES_STREAM_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("asyncio", id="asyncio"),
+        pytest.param("trio", id="trio"),
+    ]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every async test runs on asyncio and on trio."""
+    backend: str = request.param
+    return backend
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +44,19 @@ def tls() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     client_context = ssl.create_default_context()
     ca.configure_trust(client_context)
     return server_context, client_context
+
+
+@pytest.fixture(params=["tcp", "tls"])
+def secure(request: pytest.FixtureRequest) -> bool:
+    return request.param == "tls"
+
+
+@pytest.fixture
+def fault(
+    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> Iterator[tuple[FaultServer, Endpoint]]:
+    with FaultServer(ssl_context=tls[0] if secure else None) as server:
+        yield server, Endpoint(server.base_url, tls[1] if secure else True)
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ import contextvars
 import json
 import logging
 import random
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -27,62 +25,23 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import chat_body, open_fds
+from _support import (
+    PROMPT,
+    Endpoint,
+    assert_prompt,
+    black_hole,
+    chat_body,
+    deaf_server,
+    interrupt_when,
+    open_fds,
+)
 
-# Generous: the target is milliseconds; shared CI machines are noisy.
-PROMPT = 1.0
 POLICY = StreamPolicy(stale_timeout=60.0, retries=2)
-
-
-@dataclass
-class Endpoint:
-    """Where to connect, and how to trust it."""
-
-    base_url: str
-    verify: ssl.SSLContext | bool
-
-
-@pytest.fixture(params=["tcp", "tls"])
-def secure(request: pytest.FixtureRequest) -> bool:
-    return request.param == "tls"
-
-
-@pytest.fixture
-def fault(
-    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
-) -> Iterator[tuple[FaultServer, Endpoint]]:
-    with FaultServer(ssl_context=tls[0] if secure else None) as server:
-        yield server, Endpoint(server.base_url, tls[1] if secure else True)
 
 
 def _client(endpoint: Endpoint, token: Interrupt | None = None, **kwargs: object) -> httpx.Client:
     transport = WatchdogTransport(policy=POLICY, interrupt=token, verify=endpoint.verify, **kwargs)  # type: ignore[arg-type]
     return httpx.Client(transport=transport, timeout=30.0)
-
-
-def _interrupt_when(
-    token: Interrupt, ready: Callable[[], bool], delay: float = 0.1
-) -> list[float]:
-    """Interrupt from another thread once `ready()` holds; returns [monotonic time of interrupt]."""
-    when: list[float] = []
-
-    def run() -> None:
-        deadline = time.monotonic() + 10
-        while not ready() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(delay)
-        when.append(time.monotonic())
-        token.interrupt("user pressed stop")
-
-    threading.Thread(target=run, daemon=True).start()
-    return when
-
-
-def _assert_prompt(when: list[float], caught: StreamInterrupted, stage: str) -> None:
-    latency = time.monotonic() - when[0]
-    assert latency < PROMPT, f"interrupt took {latency:.3f} s"
-    assert caught.reason == "user pressed stop"
-    assert caught.stage == stage
 
 
 def _stream(client: httpx.Client, base_url: str) -> httpx.Response:
@@ -93,84 +52,25 @@ def _stream(client: httpx.Client, base_url: str) -> httpx.Response:
 # --- every stage --------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _black_hole() -> Iterator[str]:
-    """A listener whose accept queue is full: connect() hangs (SYNs are dropped)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            filler.connect(listener.getsockname())
-        fillers.append(filler)
-    time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    finally:
-        for sock in [*fillers, listener]:
-            sock.close()
-
-
 def test_interrupt_while_connecting() -> None:
     """A connect() that hangs is aborted by the interrupt."""
     token = Interrupt()
-    with _black_hole() as base_url, _client(Endpoint(base_url, True), token) as client:
-        when = _interrupt_when(token, lambda: True, delay=0.3)
+    with black_hole() as base_url, _client(Endpoint(base_url, True), token) as client:
+        when = interrupt_when(token, lambda: True, delay=0.3)
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, base_url)
-    _assert_prompt(when, info.value, "connecting")
-
-
-@contextlib.contextmanager
-def _deaf_server(
-    context: ssl.SSLContext | None, handshake: bool = True
-) -> Iterator[tuple[str, threading.Event]]:
-    """Accepts connections (completing TLS if asked) and then never reads or answers."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted = threading.Event()
-    stop = threading.Event()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        listener.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            accepted.set()
-            if context is not None and handshake:
-                try:
-                    conn = context.wrap_socket(conn, server_side=True)
-                except OSError:  # the client gave up mid-handshake
-                    conn.close()
-                    continue
-            held.append(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    scheme = "https" if context is not None else "http"
-    try:
-        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/v1", accepted
-    finally:
-        stop.set()
-        thread.join()
-        for sock in [*held, listener]:
-            sock.close()
+    assert_prompt(when, info.value, "connecting")
 
 
 def test_interrupt_during_the_tls_handshake(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     """A TLS handshake the server never answers is aborted by the interrupt."""
     token = Interrupt()
-    with _deaf_server(tls[0], handshake=False) as (base_url, accepted):
+    with deaf_server(tls[0], handshake=False) as (base_url, accepted):
         with _client(Endpoint(base_url, tls[1]), token) as client:
-            when = _interrupt_when(token, accepted.is_set)
+            when = interrupt_when(token, accepted.is_set)
             with pytest.raises(StreamInterrupted) as info:
                 _stream(client, base_url)
-    _assert_prompt(when, info.value, "connecting")
+    assert_prompt(when, info.value, "connecting")
 
 
 def test_interrupt_while_sending_the_body(
@@ -178,13 +78,13 @@ def test_interrupt_while_sending_the_body(
 ) -> None:
     """A request body blocked on a full socket buffer is aborted by the interrupt."""
     token = Interrupt()
-    with _deaf_server(tls[0] if secure else None) as (base_url, accepted):
+    with deaf_server(tls[0] if secure else None) as (base_url, accepted):
         with _client(Endpoint(base_url, tls[1] if secure else True), token) as client:
-            when = _interrupt_when(token, accepted.is_set, delay=0.3)
+            when = interrupt_when(token, accepted.is_set, delay=0.3)
             big = chat_body(padding="x" * (32 * 1024 * 1024))
             with pytest.raises(StreamInterrupted) as info:
                 client.post(base_url + "/chat/completions", json=big)
-    _assert_prompt(when, info.value, "sending")
+    assert_prompt(when, info.value, "sending")
 
 
 def test_interrupt_waiting_for_headers_on_a_new_connection(
@@ -195,10 +95,10 @@ def test_interrupt_waiting_for_headers_on_a_new_connection(
     server.scenario = Scenario.silent_before_headers()
     token = Interrupt()
     with _client(endpoint, token) as client:
-        when = _interrupt_when(token, lambda: len(server.requests) == 1)
+        when = interrupt_when(token, lambda: len(server.requests) == 1)
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, endpoint.base_url)
-    _assert_prompt(when, info.value, "headers")
+    assert_prompt(when, info.value, "headers")
     assert server.connections_opened == 1
     assert len(server.requests) == 1, "an interrupted request was re-sent"
 
@@ -212,10 +112,10 @@ def test_interrupt_waiting_for_headers_on_a_reused_connection(
     with _client(endpoint, token) as client:
         client.post(endpoint.base_url + "/chat/completions", json=chat_body(stream=False))
         server.scenario = Scenario.silent_before_headers()
-        when = _interrupt_when(token, lambda: len(server.requests) == 2)
+        when = interrupt_when(token, lambda: len(server.requests) == 2)
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, endpoint.base_url)
-    _assert_prompt(when, info.value, "headers")
+    assert_prompt(when, info.value, "headers")
     assert server.connections_opened == 1, "the second request did not reuse the connection"
 
 
@@ -229,12 +129,12 @@ def test_interrupt_mid_stream(fault: tuple[FaultServer, Endpoint], scenario: Sce
         response = _stream(client, endpoint.base_url)
         chunks = response.iter_raw()
         assert next(chunks).startswith(b"data: ")
-        when = _interrupt_when(token, lambda: True)
+        when = interrupt_when(token, lambda: True)
         with pytest.raises(StreamInterrupted) as info:
             for _ in chunks:
                 pass
         response.close()
-    _assert_prompt(when, info.value, "mid_stream")
+    assert_prompt(when, info.value, "mid_stream")
 
 
 def test_interrupt_while_reading_a_non_streaming_body(fault: tuple[FaultServer, Endpoint]) -> None:
@@ -247,11 +147,11 @@ def test_interrupt_while_reading_a_non_streaming_body(fault: tuple[FaultServer, 
             "POST", endpoint.base_url + "/chat/completions", json=chat_body(stream=False)
         )
         response = client.send(request, stream=True)
-        when = _interrupt_when(token, lambda: True)
+        when = interrupt_when(token, lambda: True)
         with pytest.raises(StreamInterrupted) as info:
             response.read()
         response.close()
-    _assert_prompt(when, info.value, "body")
+    assert_prompt(when, info.value, "body")
 
 
 # --- before, after, and who is touched ----------------------------------------------------
@@ -463,7 +363,7 @@ def test_openai_sdk_does_not_retry_an_interrupt(
         client = openai.OpenAI(
             base_url=server.base_url, api_key="x", http_client=http_client, max_retries=2
         )
-        when = _interrupt_when(token, lambda: len(server.requests) == 1)
+        when = interrupt_when(token, lambda: len(server.requests) == 1)
         with pytest.raises((StreamInterrupted, openai.APIConnectionError)) as info:
             client.chat.completions.create(model="m", messages=[], stream=True)
     assert len(server.requests) == 1
@@ -475,7 +375,7 @@ def test_openai_sdk_does_not_retry_an_interrupt(
         assert isinstance(info.value, StreamInterrupted)
         assert isinstance(info.value, InterruptedError)
         assert sleeps == []
-        _assert_prompt(when, info.value, "headers")
+        assert_prompt(when, info.value, "headers")
 
 
 def test_openai_sdk_mid_stream_interrupt(server: FaultServer) -> None:
@@ -487,11 +387,11 @@ def test_openai_sdk_mid_stream_interrupt(server: FaultServer) -> None:
         stream = client.chat.completions.create(model="m", messages=[], stream=True)
         chunks = iter(stream)
         assert next(chunks).choices[0].delta.content == "hello"
-        when = _interrupt_when(token, lambda: True)
+        when = interrupt_when(token, lambda: True)
         with pytest.raises(StreamInterrupted) as info:
             for _ in chunks:
                 pass
-    _assert_prompt(when, info.value, "mid_stream")
+    assert_prompt(when, info.value, "mid_stream")
 
 
 def test_stall_and_interrupt_are_told_apart(server: FaultServer) -> None:
@@ -513,7 +413,7 @@ def test_interrupts_are_logged_with_stage_and_reason(
     token = Interrupt()
     caplog.set_level(logging.INFO, logger="hermes_transport")
     with _client(Endpoint(server.base_url, True), token) as client:
-        _interrupt_when(token, lambda: len(server.requests) == 1)
+        interrupt_when(token, lambda: len(server.requests) == 1)
         with pytest.raises(StreamInterrupted):
             _stream(client, server.base_url)
     messages = [r.getMessage() for r in caplog.records if r.name == "hermes_transport"]

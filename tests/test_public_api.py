@@ -43,6 +43,24 @@ def test_errors_subclass_what_existing_handlers_catch() -> None:
             hermes_transport.WatchdogTransport,
             "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
         ),
+        (
+            hermes_transport.AsyncWatchdogTransport,
+            "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
+        ),
+        (
+            hermes_transport.async_http_client_for,
+            "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
+            " interrupt=None, **httpx_async_client_kwargs)",
+        ),
+        (
+            hermes_transport.async_openai_client_for,
+            "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
+            " interrupt=None, **openai_kwargs)",
+        ),
+        (
+            hermes_transport.astream_chat_completion,
+            "(client, *, interrupt=None, on_delta=None, **create_kwargs)",
+        ),
     ],
 )
 def test_signatures_are_the_documented_ones(obj: object, expected: str) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import anyio
 import pytest
 
-from hermes_transport._watchdog import Watchdog
+from hermes_transport._loop_watchdog import loop_watchdog
+from hermes_transport._watchdog import DeadlineHeap, Watchdog
 
 
 class Target:
@@ -119,3 +121,98 @@ def test_a_target_whose_expiry_fails_does_not_kill_the_watcher(dog: Watchdog) ->
     healthy = Target(time.monotonic() + 0.05)
     dog.arm(healthy)
     assert healthy.expired.wait(5.0)
+
+
+# --- the pure heap ----------------------------------------------------------------------------
+
+
+def test_the_heap_pops_only_what_is_due_and_re_pushes_moved_deadlines() -> None:
+    """pop_due returns targets at or past `now`, keeps moved ones and drops disarmed ones."""
+    heap = DeadlineHeap()
+    due, moved, disarmed, later = Target(1.0), Target(1.0), Target(1.0), Target(5.0)
+    for target in (due, moved, disarmed, later):
+        heap.push(target)
+    moved.deadline = 3.0
+    disarmed.deadline = None
+    assert heap.pop_due(0.5) == []
+    assert heap.pop_due(1.0) == [due]
+    assert heap.earliest() == 3.0
+    assert heap.pop_due(4.0) == [moved]
+    assert len(heap) == 1
+    assert heap.pop_due(10.0) == [later]
+    assert heap.earliest() is None
+
+
+def test_the_heap_says_whether_a_push_became_the_earliest() -> None:
+    """push() tells the caller when the alarm must move earlier."""
+    heap = DeadlineHeap()
+    assert heap.push(Target(5.0))
+    assert not heap.push(Target(6.0))
+    assert heap.push(Target(1.0))
+    assert not heap.push(Target(None))
+
+
+# --- the event-loop watcher -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+async def test_loop_targets_expire_on_the_loop_after_their_deadline(delay: float) -> None:
+    """On asyncio and trio, a target expires once, on the loop's thread, never early."""
+    watcher = loop_watchdog()
+    target = Target(time.monotonic() + delay)
+    watcher.arm(target)
+    while not target.expired.is_set():
+        await anyio.sleep(0.005)
+    assert target.expired_at is not None
+    assert target.expired_at >= time.monotonic() - 5.0
+    assert target.calls == 1
+    assert not watcher.alarm_set
+    assert watcher.live() == 0
+
+
+@pytest.mark.anyio
+async def test_loop_deadlines_move_lazily_and_releases_take_the_alarm_down() -> None:
+    """A deadline moved later is honoured without re-arming; releasing the last target
+    cancels the loop's timer."""
+    watcher = loop_watchdog()
+    target = Target(time.monotonic() + 0.05)
+    watcher.arm(target)
+    target.deadline = time.monotonic() + 0.3  # progress: one attribute write
+    started = time.monotonic()
+    while not target.expired.is_set():
+        await anyio.sleep(0.005)
+    assert target.expired_at is not None
+    assert target.expired_at - started >= 0.29
+    other = Target(time.monotonic() + 60)
+    watcher.arm(other)
+    assert watcher.alarm_set
+    watcher.release(other)
+    assert not watcher.alarm_set
+    assert watcher.live() == 0
+
+
+@pytest.mark.anyio
+async def test_a_failing_target_does_not_stop_the_loop_watcher(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A target whose expire() raises is logged; the others still expire."""
+
+    class Broken(Target):
+        def expire(self) -> None:
+            self.deadline = None
+            raise RuntimeError("bug")
+
+    watcher = loop_watchdog()
+    broken, fine = Broken(time.monotonic()), Target(time.monotonic() + 0.05)
+    watcher.arm(broken)
+    watcher.arm(fine)
+    while not fine.expired.is_set():
+        await anyio.sleep(0.005)
+    assert "expiring" in caplog.text
+
+
+def test_the_loop_watcher_needs_a_running_loop() -> None:
+    """Outside any event loop the error says what is missing."""
+    with pytest.raises(RuntimeError, match="asyncio or trio event loop"):
+        loop_watchdog()

@@ -1,0 +1,259 @@
+"""``AsyncWatchdogTransport``: the async httpx transport.
+
+The async twin of ``_transport``, sharing its decisions (``_exchange``): the
+same budgets, re-sends, gating and errors. Deadlines run on the event loop's
+own timers (``_loop_watchdog``); no thread is started.
+
+How a kill reaches an attempt: while the attempt has a socket (from its first
+write, new or pooled connection), the socket is shut down, from whichever
+thread fired, and the loop sees end-of-file at once. Before that (DNS,
+connecting, the TLS handshake, waiting for a pooled connection) the attempt
+runs inside a cancel scope, and the kill cancels it on the loop's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+from ._async_backend import AsyncTrackingBackend
+from ._backend import Tracked
+from ._exchange import (
+    HOLD_LIMIT,
+    Attempt,
+    BodyWatch,
+    Exchange,
+    Fired,
+    check_settings,
+    rebuilt,
+    refuse_http2,
+)
+from ._guard import Guard, current_guard
+from ._interrupt import Interrupt, bound_interrupts
+from ._loop_watchdog import LoopWatchdog, loop_watchdog
+from ._policy import StreamPolicy
+from ._progress import ProgressMeter
+
+__all__ = ["AsyncWatchdogTransport"]
+
+
+class _CancelAttempt:
+    """A guard's fallback kill: cancel the attempt's scope, on the loop's thread."""
+
+    __slots__ = ("_scope", "_watcher", "active")
+
+    def __init__(self, scope: anyio.CancelScope, watcher: LoopWatchdog) -> None:
+        self._scope = scope
+        self._watcher = watcher
+        self.active = True  # loop-thread state: False once the scope has exited
+
+    def kill(self) -> None:
+        self._watcher.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if self.active:
+            self._scope.cancel()
+
+
+class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
+    """The response body, passed up byte for byte while its progress is watched."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        watcher: LoopWatchdog,
+        *,
+        drains: bool,
+    ) -> None:
+        super().__init__(guard, attempt, meter, stale, watcher.arm)
+        self._inner = inner
+        self._chunks = inner.__aiter__()
+        self._watcher = watcher
+        # Whether a kill shuts this body's socket down. Then bytes that arrive
+        # after it are read to the end of the body (at most the socket buffer)
+        # instead of abandoning the inner async generators mid-body: httpcore
+        # never closes those, and trio warns when they are collected.
+        self._drains = drains
+        self._drained = 0
+
+    def _draining(self, chunk: bytes) -> bool:
+        if self._guard.fired is None or not self._drains:
+            return False
+        self._drained += len(chunk)
+        return self._drained <= HOLD_LIMIT
+
+    async def await_first_event(self) -> None:
+        """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
+        async for chunk in self._chunks:
+            if not self._draining(chunk) and self._hold(chunk):
+                return
+        self._ended()
+        self._progressed()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            for chunk in self._take_held():
+                yield chunk
+            async for chunk in self._chunks:
+                if self._draining(chunk):
+                    continue
+                self._saw(chunk)
+                yield chunk
+            self._ended()
+        except (httpx.TransportError, OSError, Fired) as exc:
+            # The body is dead: release everything now, since a caller's
+            # aiter_raw() (for one) does not close a response that raised.
+            await self.aclose()
+            error = self._failure(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def aclose(self) -> None:
+        # Disarm before the connection can go back to the pool (see _guard).
+        self._release_guard()
+        self._watcher.release(self._guard)
+        try:
+            await self._chunks.aclose()  # type: ignore[attr-defined]
+        finally:
+            await self._inner.aclose()
+
+
+def _track_sockets(inner: httpx.AsyncBaseTransport) -> bool:
+    """Let guards reach the sockets of ``inner`` before headers arrive, if possible."""
+    pool = getattr(inner, "_pool", None) if isinstance(inner, httpx.AsyncHTTPTransport) else None
+    if not isinstance(pool, httpcore.AsyncConnectionPool):
+        return False
+    refuse_http2(getattr(pool, "_http2", False), "AsyncWatchdogTransport")
+    backend = getattr(pool, "_network_backend", None)
+    if backend is None:
+        return False
+    if not isinstance(backend, AsyncTrackingBackend):
+        pool._network_backend = AsyncTrackingBackend(backend)
+    return True
+
+
+class AsyncWatchdogTransport(httpx.AsyncBaseTransport):
+    """An async httpx transport that kills hung SSE streams and re-sends early stalls.
+
+    The async twin of ``WatchdogTransport``, with the same arguments, policy,
+    gating, re-sends and errors; see its docstring. It runs on asyncio or trio
+    with no thread: deadlines are timers of the running loop. An
+    ``Interrupt`` may be fired from any thread or from the loop itself.
+
+    Ordinary cancellation (``task.cancel()``, ``asyncio.timeout``, a cancel
+    scope) stays ordinary: the usual ``CancelledError`` or timeout, with the
+    connection closed and nothing left armed.
+
+    Limits: HTTP/2 is refused. With an inner transport whose sockets cannot
+    be reached (mocks, custom transports), a stall or interrupt before the
+    first event cancels the request; after it, a stall is noticed only when
+    the next bytes arrive.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport | None = None,
+        *,
+        policy: StreamPolicy | None = None,
+        interrupt: Interrupt | None = None,
+        **http_transport_kwargs: Any,
+    ) -> None:
+        check_settings("AsyncWatchdogTransport", inner, policy, interrupt, http_transport_kwargs)
+        if inner is None:
+            inner = httpx.AsyncHTTPTransport(**http_transport_kwargs)
+        self._interrupt = interrupt
+        self._inner = inner
+        self._sockets_reachable = _track_sockets(inner)
+        self._policy = policy if policy is not None else StreamPolicy.from_env()
+
+    @property
+    def policy(self) -> StreamPolicy:
+        """The liveness budgets this transport applies."""
+        return self._policy
+
+    @property
+    def inner(self) -> httpx.AsyncBaseTransport:
+        """The transport that does the HTTP."""
+        return self._inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        exchange = Exchange(request, self._policy, self._interrupt, bound_interrupts())
+        watcher = loop_watchdog()
+        while True:
+            guard, attempt = exchange.begin()
+            try:
+                response = await self._send(request, guard, attempt, exchange, watcher)
+            except BaseException as exc:
+                guard.close()
+                watcher.release(guard)
+                error = exchange.failed(guard, attempt, exc)
+                if error is None:
+                    continue
+                if error is exc:
+                    raise
+                raise error from exc
+            exchange.succeeded()
+            return response
+
+    async def _send(
+        self,
+        request: httpx.Request,
+        guard: Guard,
+        attempt: Attempt,
+        exchange: Exchange,
+        watcher: LoopWatchdog,
+    ) -> httpx.Response:
+        guard.stage = "headers"
+        context = current_guard.set(guard)
+        stream: AsyncWatchedStream | None = None
+        try:
+            # One scope per attempt, around everything up to the first event:
+            # where no socket is attached, a kill cancels it.
+            with anyio.CancelScope() as scope:
+                fallback = _CancelAttempt(scope, watcher)
+                guard.set_fallback(fallback)
+                watcher.arm(guard)
+                try:
+                    response = await self._inner.handle_async_request(request)
+                    try:
+                        meter = exchange.meter_for(response, guard, self._sockets_reachable)
+                        assert isinstance(response.stream, httpx.AsyncByteStream)
+                        stream = AsyncWatchedStream(
+                            response.stream,
+                            guard,
+                            attempt,
+                            meter,
+                            self._policy.stale_budget,
+                            watcher,
+                            drains=isinstance(response.extensions.get("network_stream"), Tracked),
+                        )
+                    except BaseException:
+                        await response.aclose()
+                        raise
+                    if exchange.gated and meter is not None:
+                        await stream.await_first_event()
+                finally:
+                    fallback.active = False
+                    guard.set_fallback(None)
+            if scope.cancelled_caught:
+                raise Fired
+        except BaseException:
+            if stream is not None:
+                await stream.aclose()
+            raise
+        finally:
+            current_guard.reset(context)
+        assert stream is not None
+        return rebuilt(response, stream)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

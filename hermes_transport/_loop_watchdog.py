@@ -1,0 +1,225 @@
+"""Deadline watchers that run on an event loop's own timers: one per loop, no thread.
+
+The async twin of ``_watchdog``, with the same heap and the same lazy
+re-arming (a progress event moves ``guard.deadline``; nothing else). The
+loop holds one alarm, set for the earliest deadline; when it rings the
+watcher expires what is overdue and sets it again.
+
+- asyncio: the alarm is a ``loop.call_at`` timer handle.
+- trio: there are no timer callbacks, so a system task started on first use
+  sleeps in a cancel scope whose deadline is the alarm.
+
+Everything here runs on the loop's thread, except ``call_soon_threadsafe``,
+which is how a kill from another thread reaches the loop.
+
+Invariant: as in ``_watchdog``, nothing is expired before
+``monotonic() >= target.deadline``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ._watchdog import DeadlineHeap, Target, expire_all
+
+__all__ = ["LoopWatchdog", "loop_watchdog"]
+
+
+class _Alarm(Protocol):
+    def set(self, when: float) -> None:
+        """Ring at ``time.monotonic()`` ``when`` (replacing any earlier setting)."""
+
+    def cancel(self) -> None: ...
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None: ...
+
+
+class LoopWatchdog:
+    """The deadline heap of one event loop, served by the loop's alarm."""
+
+    def __init__(self) -> None:
+        self._heap = DeadlineHeap()
+        # Targets armed and not yet released or dropped: the alarm is set while any is.
+        self._live: set[Target] = set()
+        self._alarm: _Alarm | None = None
+        self._alarm_at: float | None = None
+
+    def _bind(self, alarm: _Alarm) -> LoopWatchdog:
+        self._alarm = alarm
+        return self
+
+    def arm(self, target: Target) -> None:
+        """Watch ``target`` until its ``deadline`` passes, becomes ``None`` or it is released."""
+        if target.deadline is None:
+            return
+        self._heap.push(target)
+        self._live.add(target)
+        earliest = self._heap.earliest()
+        assert earliest is not None
+        if self._alarm_at is None or earliest < self._alarm_at:
+            self._set_alarm(earliest)
+
+    def release(self, target: Target) -> None:
+        """``target`` is done; with nothing left to watch, the alarm is taken down."""
+        self._live.discard(target)
+        if not self._live:
+            self._heap.clear()
+            if self._alarm_at is not None:
+                self._alarm_at = None
+                assert self._alarm is not None
+                self._alarm.cancel()
+
+    def live(self) -> int:
+        """Targets watched now (armed, not released)."""
+        return len(self._live)
+
+    @property
+    def alarm_set(self) -> bool:
+        """Whether a timer (or the trio task's deadline) is set on the loop."""
+        return self._alarm_at is not None
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop soon; from any thread. Dropped if the loop is gone."""
+        assert self._alarm is not None
+        self._alarm.call_soon_threadsafe(callback)
+
+    def _set_alarm(self, when: float) -> None:
+        self._alarm_at = when
+        assert self._alarm is not None
+        self._alarm.set(when)
+
+    def _ring(self) -> None:
+        self._alarm_at = None
+        due = self._heap.pop_due(time.monotonic())
+        self._live.difference_update(due)
+        if not self._heap:
+            self._live.clear()  # whatever is left was disarmed before its deadline
+        expire_all(due)
+        earliest = self._heap.earliest()
+        if earliest is not None and self._alarm_at is None:
+            self._set_alarm(earliest)
+
+
+class _AsyncioAlarm:
+    """The alarm as a timer handle on an asyncio loop (held weakly: the loop owns us)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ring: Callable[[], None]) -> None:
+        self._loop = weakref.ref(loop)
+        self._ring = ring
+        self._handle: asyncio.TimerHandle | None = None
+
+    def set(self, when: float) -> None:
+        loop = self._loop()
+        if loop is None:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        # The loop's clock need not be time.monotonic(); convert through a delay.
+        self._handle = loop.call_later(max(0.0, when - time.monotonic()), self._rung)
+
+    def _rung(self) -> None:
+        self._handle = None
+        self._ring()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        loop = self._loop()
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed: nothing left to stop
+                loop.call_soon_threadsafe(callback)
+
+
+class _TrioAlarm:
+    """The alarm as the deadline of a cancel scope a system task sleeps in."""
+
+    def __init__(self, ring: Callable[[], None]) -> None:
+        import trio
+
+        self._trio: Any = trio
+        self._ring = ring
+        self._token = trio.lowlevel.current_trio_token()
+        self._when = math.inf  # monotonic
+        self._scope: Any = None
+        trio.lowlevel.spawn_system_task(self._run, name="hermes-transport-watchdog")
+
+    def _deadline(self) -> float:
+        if self._when == math.inf:
+            return math.inf
+        now: float = self._trio.current_time()
+        return now + max(0.0, self._when - time.monotonic())
+
+    def set(self, when: float) -> None:
+        self._when = when
+        if self._scope is not None:
+            self._scope.deadline = self._deadline()
+
+    def cancel(self) -> None:
+        self.set(math.inf)
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(self._trio.RunFinishedError):
+            self._token.run_sync_soon(callback)
+
+    async def _run(self) -> None:
+        trio = self._trio
+        while True:
+            with trio.CancelScope(deadline=self._deadline()) as scope:
+                self._scope = scope
+                await trio.sleep_forever()
+            self._scope = None
+            if self._when != math.inf and time.monotonic() >= self._when:
+                self._when = math.inf
+                self._ring()
+
+
+_asyncio_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = (
+    weakref.WeakKeyDictionary()
+)
+_trio_watchdog: Any = None  # a trio RunVar, made on first use under trio
+
+
+def loop_watchdog() -> LoopWatchdog:
+    """The watcher of the running event loop (asyncio or trio), made on first use."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return _for_trio()
+    watcher = _asyncio_watchdogs.get(loop)
+    if watcher is None:
+        watcher = LoopWatchdog()
+        watcher._bind(_AsyncioAlarm(loop, watcher._ring))
+        _asyncio_watchdogs[loop] = watcher
+    return watcher
+
+
+def _for_trio() -> LoopWatchdog:
+    global _trio_watchdog
+    trio = sys.modules.get("trio")
+    try:
+        if trio is None:
+            raise RuntimeError("trio is not imported")
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        raise RuntimeError(
+            "hermes_transport's async transport needs a running asyncio or trio event loop"
+        ) from None
+    if _trio_watchdog is None:
+        _trio_watchdog = trio.lowlevel.RunVar("hermes_transport_watchdog")
+    try:
+        watcher: LoopWatchdog = _trio_watchdog.get()
+    except LookupError:
+        watcher = LoopWatchdog()
+        watcher._bind(_TrioAlarm(watcher._ring))
+        _trio_watchdog.set(watcher)
+    return watcher

@@ -1,0 +1,577 @@
+"""AsyncWatchdogTransport: the sync transport's guarantees on asyncio and trio, with no thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import ssl
+import threading
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from test_transport import _gunzip, _normalised
+
+import hermes_transport._loop_watchdog as loop_watchdog_module
+from hermes_transport import (
+    AsyncWatchdogTransport,
+    Interrupt,
+    StreamInterrupted,
+    StreamPolicy,
+    StreamStalled,
+)
+from hermes_transport._exchange import HOLD_LIMIT
+from hermes_transport._loop_watchdog import loop_watchdog
+from hermes_transport.testing import FaultServer, Scenario
+
+from _support import (
+    PROMPT,
+    Endpoint,
+    assert_prompt,
+    black_hole,
+    chat_body,
+    deaf_server,
+    interrupt_when,
+)
+
+pytestmark = pytest.mark.anyio
+
+STALE = 0.3
+# Never early, and late by no more than this (generous: shared 2-core machines).
+LATE = 1.0
+
+
+def _client(
+    *,
+    stale: float | None = STALE,
+    first: float | None = None,
+    retries: int = 0,
+    inner: httpx.AsyncBaseTransport | None = None,
+    token: Interrupt | None = None,
+    **transport_kwargs: Any,
+) -> httpx.AsyncClient:
+    policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first, retries=retries)
+    transport = AsyncWatchdogTransport(inner, policy=policy, interrupt=token, **transport_kwargs)
+    return httpx.AsyncClient(transport=transport, timeout=30.0)
+
+
+async def _read_all(client: httpx.AsyncClient, url: str, **body: Any) -> bytes:
+    async with client.stream("POST", url + "/chat/completions", json=chat_body(**body)) as r:
+        return b"".join([chunk async for chunk in r.aiter_raw()])
+
+
+def _assert_nothing_armed() -> None:
+    watcher = loop_watchdog()
+    assert watcher.live() == 0
+    assert not watcher.alarm_set
+
+
+# --- progress, stalls and re-sends ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+async def test_a_healthy_stream_passes_byte_for_byte(server: FaultServer, gzip: bool) -> None:
+    """A healthy stream reaches the caller exactly as a plain transport delivers it."""
+    server.scenario = Scenario.healthy(gzip=gzip)
+    async with _client() as watched, httpx.AsyncClient() as plain:
+        expected = await _read_all(plain, server.base_url)
+        got = await _read_all(watched, server.base_url)
+    if gzip:
+        assert got[:2] == b"\x1f\x8b", "compressed bytes must be passed up still compressed"
+        got, expected = _gunzip(got), _gunzip(expected)
+    assert _normalised(got) == _normalised(expected)
+    assert b"data: [DONE]" in got
+    _assert_nothing_armed()
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario.silent_after(2),
+        Scenario.comments_after(2),
+        Scenario.comments_after(2, gzip=True),
+        replace(Scenario.comments_after(2), crlf=True),
+    ],
+    ids=["silent", "comments", "gzip-comments", "crlf-comments"],
+)
+async def test_a_stream_with_no_progress_is_cut_on_time(
+    server: FaultServer, scenario: Scenario
+) -> None:
+    """Silence or keepalives after the first events raise StreamStalled after the stale budget."""
+    server.scenario = scenario
+    async with _client() as client:
+        async with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            last = [time.monotonic()]
+
+            async def consume() -> None:
+                async for chunk in response.aiter_bytes():  # decoded: gzip too
+                    if b"data:" in chunk:
+                        last[0] = time.monotonic()
+
+            with pytest.raises(StreamStalled) as info:
+                await consume()
+            late = time.monotonic() - last[0]
+    assert STALE <= late < STALE + LATE
+    assert info.value.stage == "mid_stream"
+    assert isinstance(info.value, httpx.ReadTimeout)
+    assert isinstance(info.value, httpx.RemoteProtocolError)
+    _assert_nothing_armed()
+
+
+async def test_a_stall_before_the_first_event_is_re_sent(server: FaultServer) -> None:
+    """A stream silent before its first event is sent again and then succeeds."""
+    server.scenario = Scenario.stall_first(1)
+    async with _client(first=0.3, retries=1) as client:
+        body = await _read_all(client, server.base_url)
+    assert b"[DONE]" in body
+    assert [r.attempt for r in server.requests] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [Scenario.silent_before_headers(), Scenario.comments_after(0)],
+    ids=["no-headers", "comments-only"],
+)
+async def test_early_stalls_raise_once_the_re_sends_are_spent(
+    server: FaultServer, scenario: Scenario
+) -> None:
+    """With retries=2, three attempts each get the first-event budget, then StreamStalled."""
+    server.scenario = scenario
+    started = time.monotonic()
+    async with _client(first=0.3, retries=2) as client:
+        with pytest.raises(StreamStalled) as info:
+            await _read_all(client, server.base_url)
+    elapsed = time.monotonic() - started
+    assert 3 * 0.3 <= elapsed < 3 * 0.3 + 3 * LATE
+    assert info.value.stage == "first_event"
+    assert info.value.attempts == 3
+    assert len(server.requests) == 3
+    _assert_nothing_armed()
+
+
+async def test_a_non_streaming_request_is_never_gated_or_cut(server: FaultServer) -> None:
+    """A plain JSON request slower than the budgets completes: only event streams are watched."""
+    server.scenario = replace(Scenario.healthy(), json_delay=0.6)
+    async with _client(stale=0.2, first=0.2) as client:
+        response = await client.post(
+            server.base_url + "/chat/completions", json=chat_body(stream=False)
+        )
+    assert response.json()["choices"][0]["message"]["content"] == "hello world"
+
+
+class _Body(httpx.AsyncByteStream):
+    """An async body: chunks, and floats meaning 'sleep this long'."""
+
+    def __init__(self, parts: list[bytes | float]) -> None:
+        self._parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self._parts:
+            if isinstance(part, float):
+                await anyio.sleep(part)
+            else:
+                yield part
+
+
+def _mock(parts: list[bytes | float], headers_delay: float = 0.0) -> httpx.MockTransport:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(headers_delay)
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_Body(parts)
+        )
+
+    return httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize(
+    ("parts", "headers_delay"),
+    [([], 60.0), ([b": ping\n\n", 60.0], 0.0)],
+    ids=["no-headers", "comment-then-silence"],
+)
+async def test_without_a_socket_an_early_stall_cancels_the_request(
+    parts: list[bytes | float], headers_delay: float
+) -> None:
+    """A socketless inner transport stalled before the first event is cancelled on budget."""
+    started = time.monotonic()
+    async with _client(first=0.3, inner=_mock(parts, headers_delay)) as client:
+        with pytest.raises(StreamStalled) as info:
+            await _read_all(client, "http://mock/v1")
+    assert 0.3 <= time.monotonic() - started < 0.3 + LATE
+    assert info.value.stage == "first_event"
+
+
+async def test_held_bytes_are_capped_before_the_first_event() -> None:
+    """Megabytes of comments before any event are handed up once the hold limit is reached."""
+    filler = b":" + b"x" * (64 * 1024 - 1)
+    parts: list[bytes | float] = [filler] * 64
+    async with _client(stale=5.0, inner=_mock(parts)) as client:
+        body = await _read_all(client, "http://mock/v1")
+    assert len(body) == 64 * len(filler) > HOLD_LIMIT
+
+
+async def test_stalls_are_logged_without_the_query_string(
+    server: FaultServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stall is logged as a warning naming the URL, never its query string."""
+    server.scenario = Scenario.silent_after(1)
+    caplog.set_level(logging.WARNING, logger="hermes_transport")
+    async with _client() as client:
+        url = server.base_url + "/chat/completions?api_key=SECRET"
+        with pytest.raises(StreamStalled):
+            async with client.stream("POST", url, json=chat_body()) as response:
+                await response.aread()
+    assert "stream stalled" in caplog.text
+    assert "/v1/chat/completions" in caplog.text
+    assert "SECRET" not in caplog.text
+
+
+# --- interrupts: any thread, every stage -----------------------------------------------------
+
+
+async def _stream_raises(
+    client: httpx.AsyncClient, base_url: str, **body: Any
+) -> StreamInterrupted:
+    with pytest.raises(StreamInterrupted) as info:
+        await _read_all(client, base_url, **body)
+    return info.value
+
+
+async def test_interrupt_while_connecting() -> None:
+    """A connect that hangs is aborted by an interrupt from another thread."""
+    token = Interrupt()
+    with black_hole() as base_url:
+        async with _client(stale=60.0, token=token) as client:
+            when = interrupt_when(token, lambda: True, delay=0.3)
+            caught = await _stream_raises(client, base_url)
+    assert_prompt(when, caught, "connecting")
+
+
+async def test_interrupt_during_the_tls_handshake(
+    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """A TLS handshake the server never answers is aborted by the interrupt."""
+    token = Interrupt()
+    with deaf_server(tls[0], handshake=False) as (base_url, accepted):
+        async with _client(stale=60.0, token=token, verify=tls[1]) as client:
+            when = interrupt_when(token, accepted.is_set)
+            caught = await _stream_raises(client, base_url)
+    assert_prompt(when, caught, "connecting")
+
+
+# httpcore abandons the request body's async generator when a write fails (with or
+# without this library); trio warns when such a generator is collected unfinished.
+@pytest.mark.filterwarnings(
+    "ignore:Async generator 'httpx._content.ByteStream.__aiter__':ResourceWarning",
+    "ignore:Exception ignored in. <async_generator object ByteStream.__aiter__"
+    ":pytest.PytestUnraisableExceptionWarning",
+)
+async def test_interrupt_while_sending_the_body(
+    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """A request body blocked on a full socket buffer is aborted by the interrupt."""
+    token = Interrupt()
+    with deaf_server(tls[0] if secure else None) as (base_url, accepted):
+        async with _client(stale=60.0, token=token, verify=tls[1] if secure else True) as client:
+            when = interrupt_when(token, accepted.is_set, delay=0.3)
+            caught = await _stream_raises(client, base_url, padding="x" * (32 * 1024 * 1024))
+    assert_prompt(when, caught, "sending")
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["new", "reused"])
+async def test_interrupt_waiting_for_headers(
+    fault: tuple[FaultServer, Endpoint], reused: bool
+) -> None:
+    """A request waiting for headers, on a new or a pooled connection, is aborted at once."""
+    server, endpoint = fault
+    token = Interrupt()
+    async with _client(stale=60.0, token=token, verify=endpoint.verify) as client:
+        if reused:
+            await client.post(endpoint.base_url + "/chat/completions", json=chat_body(False))
+        server.scenario = Scenario.silent_before_headers()
+        sent = len(server.requests) + 1
+        when = interrupt_when(token, lambda: len(server.requests) == sent)
+        caught = await _stream_raises(client, endpoint.base_url)
+    assert_prompt(when, caught, "headers")
+    assert server.connections_opened == 1
+    assert len(server.requests) == sent, "an interrupted request was re-sent"
+
+
+@pytest.mark.parametrize("scenario", [Scenario.silent_after(1), Scenario.comments_after(1)])
+async def test_interrupt_mid_stream(
+    fault: tuple[FaultServer, Endpoint], scenario: Scenario
+) -> None:
+    """A consumer awaiting the next chunk is woken by the interrupt."""
+    server, endpoint = fault
+    server.scenario = scenario
+    token = Interrupt()
+    async with _client(stale=60.0, token=token, verify=endpoint.verify) as client:
+        async with client.stream(
+            "POST", endpoint.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            chunks = response.aiter_raw()
+            assert (await chunks.__anext__()).startswith(b"data: ")
+            when = interrupt_when(token, lambda: True)
+            with pytest.raises(StreamInterrupted) as info:
+                async for _ in chunks:
+                    pass
+    assert_prompt(when, info.value, "mid_stream")
+    _assert_nothing_armed()
+
+
+async def test_interrupt_from_the_loop_itself(server: FaultServer) -> None:
+    """A task on the same loop interrupting the token stops the request awaiting headers."""
+    server.scenario = Scenario.silent_before_headers()
+    token = Interrupt()
+    caught: list[StreamInterrupted] = []
+
+    async def request(client: httpx.AsyncClient) -> None:
+        with token.bind():
+            caught.append(await _stream_raises(client, server.base_url))
+
+    async with _client(stale=60.0) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(request, client)
+        while not server.requests:
+            await anyio.sleep(0.01)
+        await anyio.sleep(0.1)
+        started = time.monotonic()
+        token.interrupt("user pressed stop")
+    assert time.monotonic() - started < PROMPT
+    assert caught[0].stage == "headers"
+    assert caught[0].reason == "user pressed stop"
+
+
+async def test_an_interrupted_token_sends_nothing(server: FaultServer) -> None:
+    """A call made while its token is interrupted raises at once without connecting."""
+    token = Interrupt()
+    token.interrupt("cancelled before start")
+    async with _client(stale=60.0, token=token) as client:
+        caught = await _stream_raises(client, server.base_url)
+    assert caught.stage == "before_sending"
+    assert server.connections_opened == 0
+
+
+async def test_interrupts_never_touch_unbound_requests(server: FaultServer) -> None:
+    """Interrupting one task's token leaves a concurrent unbound stream on the same pool alone."""
+    server.scenario = replace(Scenario.healthy(), event_interval=0.05)
+    token = Interrupt()
+    results: dict[str, object] = {}
+
+    async def bound() -> None:
+        with token.bind():
+            try:
+                await _read_all(client, server.base_url)
+            except StreamInterrupted as exc:
+                results["bound"] = exc
+
+    async def unbound() -> None:
+        results["unbound"] = await _read_all(client, server.base_url)
+
+    async with _client(stale=60.0) as client:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(bound)
+            tasks.start_soon(unbound)
+            await anyio.sleep(0.1)
+            await anyio.to_thread.run_sync(token.interrupt)
+    assert isinstance(results["bound"], StreamInterrupted)
+    assert b"[DONE]" in results["unbound"]  # type: ignore[operator]
+
+
+# --- ordinary cancellation ------------------------------------------------------------------
+
+
+def _pool_connections(client: httpx.AsyncClient) -> int:
+    transport = client._transport
+    assert isinstance(transport, AsyncWatchdogTransport)
+    return len(transport.inner._pool.connections)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [Scenario.silent_before_headers(), Scenario.silent_after(1), Scenario.comments_after(1)],
+    ids=["headers", "silent-mid-stream", "comments-mid-stream"],
+)
+async def test_a_cancel_scope_cancels_as_usual_and_leaves_nothing_behind(
+    server: FaultServer, scenario: Scenario
+) -> None:
+    """A cancel scope's deadline ends the call quietly, closes its connection and disarms all."""
+    server.scenario = scenario
+    async with _client(stale=60.0, first=60.0) as client:
+        started = time.monotonic()
+        with anyio.move_on_after(0.3) as scope:
+            await _read_all(client, server.base_url)
+        assert scope.cancelled_caught
+        assert time.monotonic() - started < 0.3 + PROMPT
+        assert _pool_connections(client) == 0
+        _assert_nothing_armed()
+        server.scenario = Scenario.healthy()
+        assert b"[DONE]" in await _read_all(client, server.base_url)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("where", ["connecting", "headers", "mid_stream"])
+async def test_task_cancel_raises_cancelled_error(server: FaultServer, where: str) -> None:
+    """task.cancel() raises CancelledError at every stage, not one of our errors."""
+    server.scenario = (
+        Scenario.silent_before_headers() if where == "headers" else Scenario.silent_after(1)
+    )
+    with contextlib.ExitStack() as stack:
+        base_url = stack.enter_context(black_hole()) if where == "connecting" else server.base_url
+        async with _client(stale=60.0, first=60.0) as client:
+            task = asyncio.ensure_future(_read_all(client, base_url))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert _pool_connections(client) == 0
+            _assert_nothing_armed()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_asyncio_timeout_raises_timeout_error(server: FaultServer) -> None:
+    """asyncio.wait_for around a hung stream raises the usual TimeoutError."""
+    server.scenario = Scenario.comments_after(1)
+    async with _client(stale=60.0) as client:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(_read_all(client, server.base_url), 0.3)
+        _assert_nothing_armed()
+
+
+async def test_a_stall_inside_a_caller_scope_is_still_a_stall(server: FaultServer) -> None:
+    """The attempt's own cancel scope does not swallow or confuse an enclosing one."""
+    server.scenario = Scenario.silent_before_headers()
+    async with _client(first=0.3) as client:
+        with anyio.CancelScope() as outer, pytest.raises(StreamStalled):
+            await _read_all(client, server.base_url)
+    assert not outer.cancelled_caught
+
+
+# --- no thread, no timer per chunk ----------------------------------------------------------
+
+
+async def test_no_thread_is_started(server: FaultServer) -> None:
+    """Stalls, re-sends and interrupts run on the loop: no hermes-transport thread appears."""
+    server.scenario = Scenario.stall_first(1, then=Scenario.silent_after(1))
+    before = {t.name for t in threading.enumerate() if t.name.startswith("hermes-transport")}
+    async with _client(first=0.3, retries=1) as client:
+        with pytest.raises(StreamStalled):
+            await _read_all(client, server.base_url)
+    after = {t.name for t in threading.enumerate() if t.name.startswith("hermes-transport")}
+    assert after == before
+
+
+async def test_progress_sets_no_timer_per_chunk(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hundreds of events cost a handful of alarm settings, not one per chunk."""
+    settings: list[float] = []
+    for alarm in (loop_watchdog_module._AsyncioAlarm, loop_watchdog_module._TrioAlarm):
+        original: Callable[[Any, float], None] = alarm.set
+
+        def counting(
+            self: Any, when: float, original: Callable[[Any, float], None] = original
+        ) -> None:
+            settings.append(when)
+            original(self, when)
+
+        monkeypatch.setattr(alarm, "set", counting)
+    server.scenario = replace(Scenario.healthy(), content=("x",) * 300, event_interval=0.002)
+    async with _client(stale=5.0, first=5.0) as client:
+        body = await _read_all(client, server.base_url)
+    assert body.count(b"data: ") > 300
+    assert len(settings) <= 3
+
+
+# --- scale: 1,000 streams on one loop ------------------------------------------------------
+
+STREAMS = 1000
+SCALE_STALE = 1.5
+
+
+@contextlib.asynccontextmanager
+async def _loop_server() -> AsyncIterator[int]:
+    """An SSE server on the test's own loop: /ok, /silent and /comments after 2 events."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", backlog=STREAMS)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+        async with stream:
+            with contextlib.suppress(*gone):  # the client cut a stalled stream
+                await respond(stream)
+
+    async def respond(stream: anyio.abc.SocketStream) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await stream.receive()
+        kind = head.split(b" ", 2)[1].decode().strip("/")
+        await stream.send(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        for i in range(2):
+            await stream.send(b'data: {"n": %d}\n\n' % i)
+            await anyio.sleep(0.05)
+        if kind == "ok":
+            await stream.send(b"data: [DONE]\n\n")
+            return
+        with anyio.move_on_after(SCALE_STALE + 10):
+            while True:
+                if kind == "comments":
+                    await stream.send(b": keepalive\n\n")
+                await anyio.sleep(0.2)
+
+    async with listener, anyio.create_task_group() as tasks:
+        tasks.start_soon(listener.serve, serve)
+        yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_thousand_streams_on_one_loop() -> None:
+    """1,000 concurrent watched streams: every stall is caught on time, memory stays bounded."""
+    kinds = ["ok", "silent", "comments"]
+    outcome: dict[int, tuple[str, float]] = {}
+    limits = httpx.Limits(max_connections=STREAMS, max_keepalive_connections=0)
+
+    async def one(client: httpx.AsyncClient, url: str, i: int) -> None:
+        kind = kinds[i % 3]
+        last = time.monotonic()
+        headers = {"accept": "text/event-stream"}
+        try:
+            async with client.stream("GET", f"{url}/{kind}", headers=headers) as response:
+                async for chunk in response.aiter_raw():
+                    if b"data:" in chunk:
+                        last = time.monotonic()
+            outcome[i] = ("done", 0.0)
+        except StreamStalled:
+            outcome[i] = ("stalled", time.monotonic() - last)
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        async with (
+            _loop_server() as port,
+            _client(stale=SCALE_STALE, first=30.0, limits=limits) as client,
+        ):
+            async with anyio.create_task_group() as streams:
+                for i in range(STREAMS):
+                    streams.start_soon(one, client, f"http://127.0.0.1:{port}", i)
+            _, peak = tracemalloc.get_traced_memory()
+            _assert_nothing_armed()
+    finally:
+        tracemalloc.stop()
+    assert len(outcome) == STREAMS
+    for i, (result, late) in outcome.items():
+        if kinds[i % 3] == "ok":
+            assert result == "done", i
+        else:
+            assert result == "stalled", i
+            assert SCALE_STALE <= late < SCALE_STALE + 3.0, (i, late)
+    # Client, server and the test's own bookkeeping together; the bound is loose on purpose.
+    assert peak / STREAMS < 256 * 1024, f"{peak / STREAMS / 1024:.0f} KiB per stream"
