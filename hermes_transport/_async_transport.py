@@ -28,7 +28,7 @@ from ._exchange import (
     BodyWatch,
     Exchange,
     Fired,
-    check_settings,
+    Shell,
     rebuilt,
     refuse_http2,
 )
@@ -141,7 +141,7 @@ def _track_sockets(inner: httpx.AsyncBaseTransport) -> bool:
     return True
 
 
-class AsyncWatchdogTransport(httpx.AsyncBaseTransport):
+class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """An async httpx transport that kills hung SSE streams and re-sends early stalls.
 
     The async twin of ``WatchdogTransport``, with the same arguments, policy,
@@ -167,23 +167,14 @@ class AsyncWatchdogTransport(httpx.AsyncBaseTransport):
         interrupt: Interrupt | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        check_settings("AsyncWatchdogTransport", inner, policy, interrupt, http_transport_kwargs)
-        if inner is None:
-            inner = httpx.AsyncHTTPTransport(**http_transport_kwargs)
-        self._interrupt = interrupt
-        self._inner = inner
-        self._sockets_reachable = _track_sockets(inner)
-        self._policy = policy if policy is not None else StreamPolicy.from_env()
-
-    @property
-    def policy(self) -> StreamPolicy:
-        """The liveness budgets this transport applies."""
-        return self._policy
-
-    @property
-    def inner(self) -> httpx.AsyncBaseTransport:
-        """The transport that does the HTTP."""
-        return self._inner
+        self._configure(
+            inner,
+            policy,
+            interrupt,
+            http_transport_kwargs,
+            httpx.AsyncHTTPTransport,
+            _track_sockets,
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         exchange = Exchange(request, self._policy, self._interrupt, bound_interrupts())

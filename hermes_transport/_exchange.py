@@ -11,7 +11,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -158,6 +158,43 @@ def check_settings(
         raise TypeError(f"policy must be a StreamPolicy or None, got {policy!r}")
     if interrupt is not None and not isinstance(interrupt, Interrupt):
         raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
+
+
+_Inner = TypeVar("_Inner", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+class Shell(Generic[_Inner]):
+    """What the sync and async transports hold: inner transport, policy, own interrupt."""
+
+    _inner: _Inner
+    _policy: StreamPolicy
+    _interrupt: Interrupt | None
+    _sockets_reachable: bool
+
+    def _configure(
+        self,
+        inner: _Inner | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        settings: dict[str, Any],
+        build: Callable[..., _Inner],
+        track: Callable[[_Inner], bool],
+    ) -> None:
+        check_settings(type(self).__name__, inner, policy, interrupt, settings)
+        self._inner = inner if inner is not None else build(**settings)
+        self._sockets_reachable = track(self._inner)
+        self._interrupt = interrupt
+        self._policy = policy if policy is not None else StreamPolicy.from_env()
+
+    @property
+    def policy(self) -> StreamPolicy:
+        """The liveness budgets this transport applies."""
+        return self._policy
+
+    @property
+    def inner(self) -> _Inner:
+        """The transport that does the HTTP."""
+        return self._inner
 
 
 class Exchange:

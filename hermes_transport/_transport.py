@@ -21,7 +21,7 @@ from ._exchange import (
     BodyWatch,
     Exchange,
     Fired,
-    check_settings,
+    Shell,
     rebuilt,
     refuse_http2,
 )
@@ -96,7 +96,7 @@ def _track_sockets(inner: httpx.BaseTransport) -> bool:
     return True
 
 
-class WatchdogTransport(httpx.BaseTransport):
+class WatchdogTransport(Shell[httpx.BaseTransport], httpx.BaseTransport):
     """An httpx transport that kills hung SSE streams and re-sends early stalls.
 
     ``inner`` is the transport that does the HTTP; by default an
@@ -129,23 +129,9 @@ class WatchdogTransport(httpx.BaseTransport):
         interrupt: Interrupt | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        check_settings("WatchdogTransport", inner, policy, interrupt, http_transport_kwargs)
-        if inner is None:
-            inner = httpx.HTTPTransport(**http_transport_kwargs)
-        self._interrupt = interrupt
-        self._inner = inner
-        self._sockets_reachable = _track_sockets(inner)
-        self._policy = policy if policy is not None else StreamPolicy.from_env()
-
-    @property
-    def policy(self) -> StreamPolicy:
-        """The liveness budgets this transport applies."""
-        return self._policy
-
-    @property
-    def inner(self) -> httpx.BaseTransport:
-        """The transport that does the HTTP."""
-        return self._inner
+        self._configure(
+            inner, policy, interrupt, http_transport_kwargs, httpx.HTTPTransport, _track_sockets
+        )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         exchange = Exchange(request, self._policy, self._interrupt, bound_interrupts())

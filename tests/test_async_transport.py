@@ -575,3 +575,15 @@ async def test_a_thousand_streams_on_one_loop() -> None:
             assert SCALE_STALE <= late < SCALE_STALE + 3.0, (i, late)
     # Client, server and the test's own bookkeeping together; the bound is loose on purpose.
     assert peak / STREAMS < 256 * 1024, f"{peak / STREAMS / 1024:.0f} KiB per stream"
+
+
+async def test_a_stall_while_connecting_is_re_sent_then_raised() -> None:
+    """A connect that hangs past the first-event budget is cancelled, re-sent, then reported."""
+    started = time.monotonic()
+    with black_hole() as base_url:
+        async with _client(first=0.3, retries=1) as client:
+            with pytest.raises(StreamStalled, match="connecting") as info:
+                await _read_all(client, base_url)
+    assert 2 * 0.3 <= time.monotonic() - started < 2 * 0.3 + 2 * LATE
+    assert info.value.attempts == 2
+    _assert_nothing_armed()
