@@ -328,6 +328,10 @@ class BodyWatch:
         self._held: list[bytes] = []
         self._held_size = 0
         guard.stage = "first_event" if meter is not None else "body"
+        if meter is None:
+            # Not an event stream: it has answered, and its body is not watched
+            # for progress (only interrupts reach it).
+            guard.deadline = None
         # Closes the guard once: on close, or when a response dropped unclosed
         # is collected (which also runs any close deferred on the guard).
         self._release_guard = weakref.finalize(self, guard.close)

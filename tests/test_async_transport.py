@@ -587,3 +587,16 @@ async def test_a_stall_while_connecting_is_re_sent_then_raised() -> None:
     assert 2 * 0.3 <= time.monotonic() - started < 2 * 0.3 + 2 * LATE
     assert info.value.attempts == 2
     _assert_nothing_armed()
+
+
+async def test_a_streaming_request_answered_without_an_event_stream_is_not_timed() -> None:
+    """A JSON answer to a streaming request is read at its own pace: no budget applies to it."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        body = _Body([b'{"error": ', 0.5, b'"slow"}'])
+        return httpx.Response(200, headers={"content-type": "application/json"}, stream=body)
+
+    async with _client(stale=0.2, first=0.2, inner=httpx.MockTransport(handler)) as client:
+        response = await client.post("http://mock/v1/chat/completions", json=chat_body())
+    assert response.json() == {"error": "slow"}
+    _assert_nothing_armed()

@@ -700,3 +700,13 @@ def test_a_dropped_response_runs_its_deferred_close(
     del response
     gc.collect()
     assert sock.fileno() == -1
+
+
+def test_a_streaming_request_answered_without_an_event_stream_is_not_timed(
+    watchdog_client: ClientFactory,
+) -> None:
+    """A JSON answer to a streaming request is read at its own pace: no budget applies to it."""
+    inner = _mock([b'{"error": ', 0.5, b'"slow"}'], headers={"content-type": "application/json"})
+    client = watchdog_client(stale=0.2, first=0.2, inner=inner)
+    response = client.post("http://mock/v1/chat/completions", json=chat_body())
+    assert response.json() == {"error": "slow"}
