@@ -64,7 +64,9 @@ def stream_chat_completion(
     transport's own re-sends, one call makes at most ``policy.retries + 1``
     attempts.
     """
-    job = _Job.of(client, interrupt, on_delta, create_kwargs)
+    import openai
+
+    job = _Job.of(client, openai.OpenAI, interrupt, on_delta, create_kwargs)
     if inline is None:
         profile = profile_of(client)
         inline = profile.inline if profile is not None else True
@@ -85,7 +87,9 @@ async def astream_chat_completion(
     thread, or from the loop. Cancelling the awaiting task cancels the call
     as usual, closing its connection.
     """
-    run = _Run(_Job.of(client, interrupt, on_delta, create_kwargs))
+    import openai
+
+    run = _Run(_Job.of(client, openai.AsyncOpenAI, interrupt, on_delta, create_kwargs))
     with run.bound():
         while True:
             try:
@@ -121,10 +125,19 @@ class _Job:
     def of(
         cls,
         client: Any,
+        client_class: type[Any],
         interrupt: Interrupt | None,
         on_delta: Callable[[ChatCompletionChunk], Any] | None,
         create_kwargs: dict[str, Any],
     ) -> _Job:
+        if not isinstance(client, client_class):
+            sync = client_class.__name__ == "OpenAI"
+            other = "astream_chat_completion" if sync else "stream_chat_completion"
+            kind = "an async" if sync else "a sync"
+            raise TypeError(
+                f"client must be an openai.{client_class.__name__}, got"
+                f" {type(client).__name__}; for {kind} client use {other}()"
+            )
         if create_kwargs.get("stream", True) is not True:
             raise ValueError("a streaming runner always streams; drop stream=False")
         if interrupt is not None and not isinstance(interrupt, Interrupt):

@@ -188,12 +188,17 @@ def test_an_interrupt_ends_the_call_at_once(server: FaultServer, platform: str) 
     assert len(server.requests) == 1
 
 
-def test_keyboard_interrupt_in_the_waiting_caller_stops_the_worker(server: FaultServer) -> None:
+def test_keyboard_interrupt_in_the_waiting_caller_stops_the_worker(
+    server: FaultServer, request: pytest.FixtureRequest
+) -> None:
     """Ctrl+C while waiting on the worker ends the wait, stops the worker's request, and re-raises."""
     server.scenario = Scenario.comments_after(1)
     client = _client(server, "cli", policy=StreamPolicy(stale_timeout=30.0, retries=2))
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("KeyboardInterrupt is delivered to the main thread only")
+    # A shell that starts pytest in the background ignores SIGINT; Ctrl+C must work here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     def press_ctrl_c() -> None:
         if server.wait_for_requests(1, timeout=10.0):
