@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import httpcore
 
-from ._backend import Tracked
+from ._backend import Tracked, Tracking
 from ._guard import Guard, current_guard
 
 __all__ = ["AsyncTrackingBackend", "AsyncTrackingStream"]
@@ -69,7 +69,7 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
         return AsyncTrackingStream(tls)
 
 
-class AsyncTrackingBackend(httpcore.AsyncNetworkBackend):
+class AsyncTrackingBackend(Tracking, httpcore.AsyncNetworkBackend):
     """Wraps another async backend; every stream it opens is an ``AsyncTrackingStream``."""
 
     def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:

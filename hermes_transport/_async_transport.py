@@ -21,7 +21,7 @@ import httpcore
 import httpx
 
 from ._async_backend import AsyncTrackingBackend
-from ._backend import Tracked
+from ._backend import Tracked, track_sockets
 from ._exchange import (
     HOLD_LIMIT,
     Attempt,
@@ -30,7 +30,6 @@ from ._exchange import (
     Fired,
     Shell,
     rebuilt,
-    refuse_http2,
 )
 from ._guard import Guard, current_guard
 from ._interrupt import Interrupt, bound_interrupts
@@ -127,18 +126,14 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
             await self._inner.aclose()
 
 
-def _track_sockets(inner: httpx.AsyncBaseTransport) -> bool:
-    """Let guards reach the sockets of ``inner`` before headers arrive, if possible."""
-    pool = getattr(inner, "_pool", None) if isinstance(inner, httpx.AsyncHTTPTransport) else None
-    if not isinstance(pool, httpcore.AsyncConnectionPool):
-        return False
-    refuse_http2(getattr(pool, "_http2", False), "AsyncWatchdogTransport")
-    backend = getattr(pool, "_network_backend", None)
-    if backend is None:
-        return False
-    if not isinstance(backend, AsyncTrackingBackend):
-        pool._network_backend = AsyncTrackingBackend(backend)
-    return True
+def _track_sockets(inner: Any) -> bool:
+    return track_sockets(
+        inner,
+        httpx.AsyncHTTPTransport,
+        httpcore.AsyncConnectionPool,
+        AsyncTrackingBackend,
+        "AsyncWatchdogTransport",
+    )
 
 
 class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):

@@ -13,7 +13,7 @@ import contextlib
 import socket
 import ssl
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpcore
@@ -25,7 +25,15 @@ except ImportError:  # pragma: no cover - another httpcore layout: connect is no
 
 from ._guard import Guard, current_guard
 
-__all__ = ["Tracked", "TrackingBackend", "TrackingStream", "shutdown_socket"]
+__all__ = [
+    "Tracked",
+    "Tracking",
+    "TrackingBackend",
+    "TrackingStream",
+    "refuse_http2",
+    "shutdown_socket",
+    "track_sockets",
+]
 
 
 def shutdown_socket(sock: object) -> None:
@@ -42,6 +50,15 @@ def shutdown_socket(sock: object) -> None:
         # OSError: already closed or never connected, so nothing is left to wake.
         with contextlib.suppress(OSError):
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def refuse_http2(enabled: object, transport: str) -> None:
+    if enabled:
+        raise ValueError(
+            f"http2=True is not supported by {transport}: HTTP/2 multiplexes"
+            " streams over one socket, and shutting that socket down to stop one"
+            " stalled or interrupted stream would kill every sibling stream; use HTTP/1.1"
+        )
 
 
 class Tracked:
@@ -242,7 +259,11 @@ def _handshake_guarded(
     return tls
 
 
-class TrackingBackend(httpcore.NetworkBackend):
+class Tracking:
+    """Marks a network backend whose streams attach to guards."""
+
+
+class TrackingBackend(Tracking, httpcore.NetworkBackend):
     """Wraps another backend; every stream it opens is a ``TrackingStream``."""
 
     def __init__(self, inner: httpcore.NetworkBackend) -> None:
@@ -275,3 +296,27 @@ class TrackingBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
+
+
+def track_sockets(
+    inner: object,
+    http_transport: type[Any],
+    pool_class: type[Any],
+    tracking_backend: Callable[[Any], Any],
+    transport_name: str,
+) -> bool:
+    """Let guards reach the sockets of ``inner`` before headers arrive, if possible.
+
+    Possible when ``inner`` is httpx's own (async) HTTP transport over an
+    httpcore pool: its network backend is wrapped in ``tracking_backend``.
+    """
+    pool = getattr(inner, "_pool", None) if isinstance(inner, http_transport) else None
+    if not isinstance(pool, pool_class):
+        return False
+    refuse_http2(getattr(pool, "_http2", False), transport_name)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is None:
+        return False
+    if not isinstance(backend, Tracking):
+        pool._network_backend = tracking_backend(backend)
+    return True

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from ._backend import Tracked, shutdown_socket
+from ._backend import Tracked, refuse_http2, shutdown_socket
 from ._calls import Call, call_for_request
 from ._errors import (
     StreamInterrupted,
@@ -28,7 +28,16 @@ from ._interrupt import Interrupt
 from ._policy import StreamPolicy
 from ._progress import ProgressMeter, is_event_stream, wants_stream
 
-__all__ = ["HOLD_LIMIT", "Attempt", "BodyWatch", "Exchange", "Fired", "refuse_http2"]
+__all__ = [
+    "HOLD_LIMIT",
+    "Attempt",
+    "BodyWatch",
+    "Exchange",
+    "Fired",
+    "Shell",
+    "check_settings",
+    "rebuilt",
+]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -131,15 +140,6 @@ class _ForeignConnection:
 
     def kill(self) -> None:
         shutdown_socket(self._stream.get_extra_info("socket"))
-
-
-def refuse_http2(enabled: object, transport: str) -> None:
-    if enabled:
-        raise ValueError(
-            f"http2=True is not supported by {transport}: HTTP/2 multiplexes"
-            " streams over one socket, and shutting that socket down to stop one"
-            " stalled or interrupted stream would kill every sibling stream; use HTTP/1.1"
-        )
 
 
 def check_settings(

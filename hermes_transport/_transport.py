@@ -14,7 +14,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from ._backend import TrackingBackend
+from ._backend import TrackingBackend, track_sockets
 from ._exchange import (
     HOLD_LIMIT,
     Attempt,
@@ -23,7 +23,6 @@ from ._exchange import (
     Fired,
     Shell,
     rebuilt,
-    refuse_http2,
 )
 from ._guard import Guard, current_guard
 from ._interrupt import Interrupt, bound_interrupts
@@ -82,18 +81,10 @@ class WatchedStream(BodyWatch, httpx.SyncByteStream):
             self._inner.close()
 
 
-def _track_sockets(inner: httpx.BaseTransport) -> bool:
-    """Let guards reach the sockets of ``inner`` before headers arrive, if possible."""
-    pool = getattr(inner, "_pool", None) if isinstance(inner, httpx.HTTPTransport) else None
-    if not isinstance(pool, httpcore.ConnectionPool):
-        return False
-    refuse_http2(getattr(pool, "_http2", False), "WatchdogTransport")
-    backend = getattr(pool, "_network_backend", None)
-    if backend is None:
-        return False
-    if not isinstance(backend, TrackingBackend):
-        pool._network_backend = TrackingBackend(backend)
-    return True
+def _track_sockets(inner: Any) -> bool:
+    return track_sockets(
+        inner, httpx.HTTPTransport, httpcore.ConnectionPool, TrackingBackend, "WatchdogTransport"
+    )
 
 
 class WatchdogTransport(Shell[httpx.BaseTransport], httpx.BaseTransport):

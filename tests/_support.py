@@ -16,6 +16,18 @@ import httpx
 
 from hermes_transport import Interrupt, StreamInterrupted
 
+# One of each setting the factories must hand to the inner transport.
+CONNECTION_SETTINGS: list[dict[str, Any]] = [
+    {"verify": False},
+    {"cert": "client.pem"},
+    {"trust_env": False},
+    {"limits": httpx.Limits(max_connections=3)},
+    {"proxy": "http://proxy.invalid:3128"},
+    {"http1": True},
+    {"local_address": "127.0.0.1"},
+    {"socket_options": [(6, 1, 1)]},
+]
+
 # Generous: the target is milliseconds; shared CI machines are noisy.
 PROMPT = 1.0
 

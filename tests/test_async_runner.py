@@ -34,7 +34,7 @@ from hermes_transport._factory import SDK_LIMITS, profile_of
 from hermes_transport._loop_watchdog import loop_watchdog
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
-from _support import chat_body
+from _support import CONNECTION_SETTINGS, chat_body
 
 pytestmark = pytest.mark.anyio
 
@@ -780,16 +780,7 @@ async def test_tls_settings_reach_the_transport(
 
 @pytest.mark.parametrize(
     "settings",
-    [
-        {"verify": False},
-        {"cert": "client.pem"},
-        {"trust_env": False},
-        {"limits": httpx.Limits(max_connections=3)},
-        {"proxy": "http://proxy.invalid:3128"},
-        {"http1": True},
-        {"local_address": "127.0.0.1"},
-        {"socket_options": [(6, 1, 1)]},
-    ],
+    CONNECTION_SETTINGS,
     ids=lambda settings: next(iter(settings)),
 )
 async def test_connection_settings_configure_the_inner_transport(

@@ -19,7 +19,7 @@ from hermes_transport import (
 from hermes_transport._factory import SDK_LIMITS, profile_of
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import chat_body
+from _support import CONNECTION_SETTINGS, chat_body
 
 
 def _transport(client: httpx.Client) -> WatchdogTransport:
@@ -54,16 +54,7 @@ def test_tls_settings_reach_the_transport(
 
 @pytest.mark.parametrize(
     "settings",
-    [
-        {"verify": False},
-        {"cert": "client.pem"},
-        {"trust_env": False},
-        {"limits": httpx.Limits(max_connections=3)},
-        {"proxy": "http://proxy.invalid:3128"},
-        {"http1": True},
-        {"local_address": "127.0.0.1"},
-        {"socket_options": [(6, 1, 1)]},
-    ],
+    CONNECTION_SETTINGS,
     ids=lambda settings: next(iter(settings)),
 )
 def test_connection_settings_configure_the_inner_transport(
