@@ -74,6 +74,7 @@ _TOOL_PIECES = [TOOL_CALL_ARGUMENTS[i : i + 8] for i in range(0, len(TOOL_CALL_A
 _ERROR_MESSAGE = "The server had an error while processing your request."
 _NON_NEGATIVE: tuple[str, ...] = ("hold", "byte_delay", "event_interval", "json_delay")
 _NON_NEGATIVE += ("stall_attempts", "stall_after_events", "truncate_after_events")
+_NON_NEGATIVE += ("linger_after_done", "write_size")
 _POLL = 0.05  # how often a silent stall checks whether its client hung up
 
 
@@ -116,7 +117,9 @@ class Scenario:
     Delivery: ``byte_by_byte`` writes each body byte as its own chunk, ``byte_delay`` apart;
     ``event_interval`` pauses between data events; ``json_delay`` pauses before a
     non-streaming answer; ``gzip`` compresses (sync-flushed per event); ``crlf`` ends SSE
-    lines with CRLF.
+    lines with CRLF; ``linger_after_done`` pauses between ``data: [DONE]`` and the end of
+    the body; ``write_size`` (bytes, 0 for one write per event) coalesces events into
+    fewer, larger writes, so that a benchmark measures the client rather than this server.
     """
 
     content: tuple[str, ...] = ("hello", " world")
@@ -138,6 +141,8 @@ class Scenario:
     json_delay: float = 0.0
     gzip: bool = False
     crlf: bool = False
+    linger_after_done: float = 0.0
+    write_size: int = 0
 
     def __post_init__(self) -> None:
         content: object = self.content
@@ -166,6 +171,10 @@ class Scenario:
             raise ValueError("Scenario.comment_interval requires stall_after_events")
         if self.byte_delay and not self.byte_by_byte:
             raise ValueError("Scenario.byte_delay requires byte_by_byte=True")
+        if self.write_size and (self.event_interval or self.byte_by_byte or self.gzip):
+            raise ValueError(
+                "Scenario.write_size cannot be combined with event_interval, byte_by_byte or gzip"
+            )
         if not isinstance(self.stall_scenario, Scenario | None):
             raise ValueError("Scenario.stall_scenario must be a Scenario or None")
 
@@ -541,7 +550,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = _Body(self, scenario, chunked=True)
         cut = scenario.stall_after_events
         cut = scenario.truncate_after_events if cut is None else cut
-        for index, event in enumerate(events[:cut]):
+        events = events[:cut]
+        if scenario.write_size:
+            events = _coalesced(events, scenario.write_size)
+        for index, event in enumerate(events):
             if index and scenario.event_interval and stopping.wait(scenario.event_interval):
                 raise _Abort
             body.send(event)
@@ -549,6 +561,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Abort  # no terminating chunk: the client must see a protocol error
         if scenario.stall_after_events is not None:
             self._hold(scenario, body)
+        if scenario.linger_after_done and stopping.wait(scenario.linger_after_done):
+            raise _Abort
         body.finish()
 
     def _hold(self, scenario: Scenario, body: _Body | None) -> None:
@@ -633,6 +647,22 @@ def _completion(scenario: Scenario, request: RecordedRequest, n: int) -> dict[st
     if scenario.usage:
         completion["usage"] = _usage(scenario, request)
     return completion
+
+
+def _coalesced(events: list[bytes], size: int) -> list[bytes]:
+    """``events`` joined into writes of at least ``size`` bytes (the last may be shorter)."""
+    writes: list[bytes] = []
+    pending: list[bytes] = []
+    pending_size = 0
+    for event in events:
+        pending.append(event)
+        pending_size += len(event)
+        if pending_size >= size:
+            writes.append(b"".join(pending))
+            pending, pending_size = [], 0
+    if pending:
+        writes.append(b"".join(pending))
+    return writes
 
 
 def _stream_events(scenario: Scenario, request: RecordedRequest, n: int) -> list[bytes]:

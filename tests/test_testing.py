@@ -235,6 +235,55 @@ def test_stream_wire_format(
     assert set(chunks[-1]["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
 
 
+def _http_chunk_sizes(server: FaultServer) -> list[int]:
+    """The sizes of the HTTP chunks of one streamed answer, read off the wire."""
+    body = json.dumps(STREAM_BODY).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        raw = b""
+        while data := sock.recv(65536):
+            raw += data
+    rest = raw.split(b"\r\n\r\n", 1)[1]
+    sizes = []
+    while (size := int(rest.split(b"\r\n", 1)[0], 16)) > 0:
+        sizes.append(size)
+        rest = rest.split(b"\r\n", 1)[1][size + 2 :]
+    return sizes
+
+
+def test_write_size_coalesces_events_into_fewer_writes(server: FaultServer) -> None:
+    """write_size=N sends the events in HTTP chunks of at least N bytes (the last may be less)."""
+    content = tuple(f"piece {i}" for i in range(500))
+    server.scenario = Scenario(content=content)
+    separate = _http_chunk_sizes(server)
+    server.scenario = Scenario(content=content, write_size=16 * 1024)
+    coalesced = _http_chunk_sizes(server)
+    assert len(separate) == 502  # one per event
+    assert sum(coalesced) == sum(separate)
+    assert 1 < len(coalesced) < 10
+    assert min(coalesced[:-1]) >= 16 * 1024
+
+
+def test_linger_after_done_delays_the_end_of_the_body(
+    server: FaultServer, http: httpx.Client
+) -> None:
+    """[DONE] arrives at once; the end of the body only linger_after_done seconds later."""
+    server.scenario = Scenario(linger_after_done=0.5)
+    started = time.monotonic()
+    with http.stream("POST", chat_url(server), json=STREAM_BODY) as response:
+        seen_done = None
+        for chunk in response.iter_raw():
+            if b"[DONE]" in chunk:
+                seen_done = time.monotonic() - started
+    ended = time.monotonic() - started
+    assert seen_done is not None
+    assert seen_done < 0.4
+    assert ended >= 0.5
+
+
 def test_trickle_arrives_one_byte_per_chunk(server: FaultServer, http: httpx.Client) -> None:
     """trickle writes every body byte as its own HTTP chunk and the stream still parses."""
     server.scenario = Scenario.trickle()
@@ -686,6 +735,10 @@ def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -
         (lambda: Scenario(stall_before_headers=True, stall_after_events=1), "stall_after_events"),
         (lambda: Scenario(stall_after_events=0, truncate_after_events=1), "truncate_after_events"),
         (lambda: Scenario(stall_scenario="x"), "stall_scenario"),  # type: ignore[arg-type]
+        (lambda: Scenario(linger_after_done=-1), "linger_after_done"),
+        (lambda: Scenario(write_size=-1), "write_size"),
+        (lambda: Scenario(write_size=10, event_interval=0.1), "write_size"),
+        (lambda: Scenario(write_size=10, gzip=True), "write_size"),
     ],
 )
 def test_scenario_validation_names_the_field(make: Callable[[], Scenario], field: str) -> None:
