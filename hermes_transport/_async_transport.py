@@ -13,6 +13,7 @@ runs inside a cancel scope, and the kill cancels it on the loop's thread.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -81,13 +82,13 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
         # instead of abandoning the inner async generators mid-body: httpcore
         # never closes those, and trio warns when they are collected.
         self._drains = drains
-        self._drained = 0
+        self._read_after_kill = 0
 
     def _draining(self, chunk: bytes) -> bool:
         if self._guard.fired is None or not self._drains:
             return False
-        self._drained += len(chunk)
-        return self._drained <= HOLD_LIMIT
+        self._read_after_kill += len(chunk)
+        return self._read_after_kill <= HOLD_LIMIT
 
     async def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
@@ -117,6 +118,8 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
             raise error from exc
 
     async def aclose(self) -> None:
+        if self._start_drain():
+            await self._drain()
         # Disarm before the connection can go back to the pool (see _guard).
         self._release_guard()
         self._watcher.release(self._guard)
@@ -124,6 +127,14 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
             await self._chunks.aclose()  # type: ignore[attr-defined]
         finally:
             await self._inner.aclose()
+
+    async def _drain(self) -> None:
+        # Bounded by the guard's deadline; an error means the connection is not reusable.
+        with contextlib.suppress(httpx.TransportError, OSError):
+            async for chunk in self._chunks:
+                if not self._drained(chunk):
+                    return
+            self._complete = True
 
 
 def _track_sockets(inner: Any) -> bool:

@@ -45,6 +45,12 @@ logger = logging.getLogger("hermes_transport")
 #: Past this the response is handed up as if the first event had arrived.
 HOLD_LIMIT = 1024 * 1024
 
+#: A stream closed after ``data: [DONE]`` but before its end (the openai SDK
+#: does that) is read on to its end, so that its connection goes back to the
+#: pool, if the rest comes within these bounds; otherwise it is closed.
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 0.05
+
 Arm = Callable[[Guard], None]
 
 _STAGES = {
@@ -327,6 +333,7 @@ class BodyWatch:
         self._armed = False  # the stale deadline is in the watchdog's heap
         self._held: list[bytes] = []
         self._held_size = 0
+        self._complete = False  # the inner body was read to its end
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
             # Not an event stream: it has answered, and its body is not watched
@@ -350,11 +357,32 @@ class BodyWatch:
 
     def _ended(self) -> None:
         """The inner body ended."""
+        self._complete = True
         if self._guard.fired is not None:
             raise Fired  # a close-delimited body "ends" when its socket is shut down
 
+    def _start_drain(self) -> bool:
+        """At close: whether to read the rest of the body so its connection can be pooled.
+
+        Only after ``[DONE]``, and only for ``DRAIN_SECONDS``: the guard's
+        deadline bounds it (a kill shuts the socket down, and the connection
+        is then closed rather than pooled).
+        """
+        meter, guard = self._meter, self._guard
+        if self._complete or meter is None or not meter.done or guard.fired is not None:
+            return False
+        guard.stage = "draining"
+        guard.deadline = time.monotonic() + DRAIN_SECONDS
+        self._arm(guard)
+        return True
+
+    def _drained(self, chunk: bytes) -> bool:
+        """Count a drained chunk; whether the drain may go on."""
+        self._held_size += len(chunk)
+        return self._held_size <= DRAIN_BYTES and self._guard.fired is None
+
     def _take_held(self) -> list[bytes]:
-        held, self._held = self._held, []
+        held, self._held, self._held_size = self._held, [], 0
         return held
 
     def _progressed(self) -> None:

@@ -8,6 +8,7 @@ caller's thread; the only other thread is the shared watchdog.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,12 +74,22 @@ class WatchedStream(BodyWatch, httpx.SyncByteStream):
             raise error from exc
 
     def close(self) -> None:
+        if self._start_drain():
+            self._drain()
         # Disarm before the connection can go back to the pool (see _guard).
         self._release_guard()
         try:
             self._chunks.close()  # type: ignore[attr-defined]
         finally:
             self._inner.close()
+
+    def _drain(self) -> None:
+        # Bounded by the guard's deadline; an error means the connection is not reusable.
+        with contextlib.suppress(httpx.TransportError, OSError):
+            for chunk in self._chunks:
+                if not self._drained(chunk):
+                    return
+            self._complete = True
 
 
 def _track_sockets(inner: Any) -> bool:

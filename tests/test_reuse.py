@@ -1,0 +1,153 @@
+"""Connection reuse: a stream closed right after `data: [DONE]` gives its connection back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import httpx
+import openai
+import pytest
+
+from hermes_transport import (
+    AsyncWatchdogTransport,
+    StreamPolicy,
+    WatchdogTransport,
+    async_openai_client_for,
+    openai_client_for,
+)
+from hermes_transport._exchange import DRAIN_BYTES, DRAIN_SECONDS
+from hermes_transport.testing import FaultServer, Scenario
+
+from _support import chat_body
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+POLICY = StreamPolicy(stale_timeout=5.0, retries=0)
+
+
+def _sdk_stream(client: openai.OpenAI) -> str:
+    stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    with stream:
+        return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watchdog", "plain"])
+def test_sequential_sdk_streams_share_one_connection(server: FaultServer, watched: bool) -> None:
+    """100 sync SDK streams open one connection through the watchdog; plain httpx opens 100."""
+    if watched:
+        client = openai_client_for("cron", base_url=server.base_url, api_key="x", policy=POLICY)
+    else:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x")
+    with client:
+        for _ in range(100):
+            assert _sdk_stream(client) == "hello world"
+    assert server.connections_opened == (1 if watched else 100)
+
+
+def test_a_server_that_lingers_after_done_is_not_waited_for(server: FaultServer) -> None:
+    """If the body does not end soon after [DONE], close() returns within the bound and the
+    connection is closed, not pooled."""
+    server.scenario = Scenario(linger_after_done=5.0)
+    transport = WatchdogTransport(policy=POLICY)
+    with httpx.Client(transport=transport, timeout=30.0) as client:
+        with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            for chunk in response.iter_raw():
+                if b"[DONE]" in chunk:
+                    break
+            started = time.monotonic()
+        closed_in = time.monotonic() - started
+        server.scenario = Scenario()
+        client.post(server.base_url + "/chat/completions", json=chat_body())
+    assert DRAIN_SECONDS <= closed_in < DRAIN_SECONDS + 1.0
+    assert server.connections_opened == 2
+
+
+def test_a_stream_closed_before_done_is_not_drained(server: FaultServer) -> None:
+    """Closing mid-stream (no [DONE] yet) closes at once, as before: nothing is read on."""
+    server.scenario = replace(Scenario.healthy(), event_interval=0.5, content=("a", "b", "c"))
+    with httpx.Client(transport=WatchdogTransport(policy=POLICY), timeout=30.0) as client:
+        started = time.monotonic()
+        with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            next(response.iter_raw())
+        assert time.monotonic() - started < 0.45
+
+
+class _Pulled(httpx.SyncByteStream):
+    """A body that records how many bytes were pulled from it."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+        self.pulled = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self.parts:
+            self.pulled += len(part)
+            yield part
+
+
+def test_draining_stops_after_the_byte_bound() -> None:
+    """No more than about DRAIN_BYTES are read after [DONE] before the stream is closed."""
+    body = _Pulled([b"data: {}\n\ndata: [DONE]\n\n", *[b":" + b"x" * 8191 + b"\n"] * 64])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+    transport = WatchdogTransport(httpx.MockTransport(handler), policy=POLICY)
+    with httpx.Client(transport=transport) as client:
+        with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as r:
+            next(r.iter_raw())
+    after_done = body.pulled - len(body.parts[0])
+    assert 0 < after_done <= DRAIN_BYTES + 8192
+
+
+def test_the_watchdog_is_disarmed_at_done(server: FaultServer) -> None:
+    """After [DONE] a body may take longer than the stale budget to end: no stall is raised."""
+    server.scenario = Scenario(linger_after_done=0.6)
+    policy = StreamPolicy(stale_timeout=0.2, retries=0)
+    with httpx.Client(transport=WatchdogTransport(policy=policy), timeout=30.0) as client:
+        body = client.post(server.base_url + "/chat/completions", json=chat_body()).content
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+# asyncio only: breaking out of httpx's aiter_raw() abandons httpx's own nested async
+# generators, which trio reports as ResourceWarnings whether or not this library is used.
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_async_streams_closed_at_done_share_one_connection(server: FaultServer) -> None:
+    """Async httpx callers that stop reading at [DONE] reuse their connection too."""
+    transport = AsyncWatchdogTransport(policy=POLICY)
+    async with httpx.AsyncClient(transport=transport, timeout=30.0) as client:
+        for _ in range(20):
+            async with client.stream(
+                "POST", server.base_url + "/chat/completions", json=chat_body()
+            ) as response:
+                async for chunk in response.aiter_raw():
+                    if b"[DONE]" in chunk:
+                        break
+    assert server.connections_opened == 1
+
+
+# asyncio only: openai's AsyncStream abandons its async generators at [DONE], which trio
+# reports as ResourceWarnings whether or not this library is used.
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_async_sdk_streams_share_one_connection(server: FaultServer) -> None:
+    """Sequential AsyncOpenAI streams through the async factory use one connection."""
+    client: Any = async_openai_client_for("cron", base_url=server.base_url, api_key="x")
+    async with client:
+        for _ in range(20):
+            stream = await client.chat.completions.create(
+                model="m", messages=MESSAGES, stream=True
+            )
+            async with stream:
+                async for _chunk in stream:
+                    pass
+            await anyio.sleep(0)
+    assert server.connections_opened == 1
