@@ -1,11 +1,11 @@
-"""Command line: ``python -m hermes_transport demo``."""
+"""Command line: ``python -m hermes_transport demo`` and ``python -m hermes_transport probe``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ._demo import run_demo
+from . import _probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +19,23 @@ def main(argv: list[str] | None = None) -> int:
         help="run the openai SDK through every fault scenario of the embedded server,"
         " with and without the watchdog",
     )
+    probe = commands.add_parser(
+        "probe",
+        help="stream one chat completion through the watchdog and print its timeline",
+        description="Stream one chat completion through the watchdog and print its timeline:"
+        " connect, headers, first event, long gaps, keepalive comments, and a verdict."
+        " Exit 0 healthy, 1 stalled or failed, 2 bad arguments, 130 interrupted (Ctrl+C)."
+        " Without --base-url it probes the embedded fault server.",
+    )
+    _probe.add_arguments(probe)
     args = parser.parse_args(argv)
     if args.command == "demo":
+        # Imported here: the demo needs the openai SDK, which the probe does not load.
+        from ._demo import run_demo
+
         return run_demo(sys.stdout)
+    if args.command == "probe":
+        return _probe.run(args, probe, sys.stdout, sys.stderr)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     return 2  # pragma: no cover
 

@@ -53,7 +53,7 @@ DRAIN_SECONDS = 0.05
 
 Arm = Callable[[Guard], None]
 
-_STAGES = {
+STAGE_NAMES = {
     "connecting": "connecting",
     "sending": "sending the request",
     "headers": "waiting for headers",
@@ -106,7 +106,7 @@ def _mapped_error(
             "%s %s interrupted while %s, %.3f s into the attempt: %s",
             attempt.request.method,
             attempt.url,
-            _STAGES.get(stage, stage),
+            STAGE_NAMES.get(stage, stage),
             elapsed,
             reason,
         )
@@ -127,7 +127,7 @@ def _mapped_error(
     assert attempt.budget is not None
     return StreamStalled(
         f"stream stalled: no first event within {attempt.budget:g} s"
-        f" ({_STAGES.get(stage, stage)}) on attempt {attempt.number}",
+        f" ({STAGE_NAMES.get(stage, stage)}) on attempt {attempt.number}",
         request=attempt.request,
         stage="first_event",
         budget=attempt.budget,

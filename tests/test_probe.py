@@ -1,0 +1,576 @@
+"""`python -m hermes_transport probe`: one streamed chat completion, its timeline and verdict."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from hermes_transport import Interrupt, StreamPolicy, _probe
+from hermes_transport.__main__ import main
+from hermes_transport.testing import FaultServer, Scenario
+
+from _support import black_hole
+
+KEY = "sk-probe-SECRET-0123456789"
+KEY_VAR = "HERMES_PROBE_TEST_KEY"
+# Generous bounds: a shared 2-core machine may be slow; budgets are never undercut.
+SLACK = 3.0
+
+Output = tuple[int, str, str]
+
+
+def _probe_cli(capsys: pytest.CaptureFixture[str], *args: str) -> Output:
+    """Run `probe ARGS` in-process: (exit code, stdout, stderr)."""
+    code = main(["probe", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _probe_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = _probe_cli(capsys, *args, "--json")
+    assert err == ""
+    assert out.count("\n") == 1, out  # one object, one line
+    report: dict[str, Any] = json.loads(out)
+    assert report["exit_code"] == code
+    return code, report
+
+
+def _kinds(report: dict[str, Any]) -> list[str]:
+    return [mark["kind"] for mark in report["timeline"]]
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(["probe", *args])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "usage:" in captured.err
+    return captured.err
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    with FaultServer(Scenario.healthy()) as fault_server:
+        yield fault_server
+
+
+def _probe_threads() -> list[str]:
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("hermes-probe", "FaultServer")) and t.is_alive()
+    ]
+
+
+# --- verdicts on the embedded server -----------------------------------------------------
+
+
+def test_healthy_embedded_stream_prints_its_timeline_and_exits_zero(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --base-url the probe streams the embedded healthy scenario and reports connect, headers, first event, [DONE] and a healthy verdict with exit 0."""
+    code, out, err = _probe_cli(capsys)
+    assert code == 0, out
+    assert err == ""
+    lines = out.splitlines()
+    assert "embedded fault server, healthy" in lines[0]
+    for text in ("connected (TCP)", "headers: HTTP 200, text/event-stream", "first event"):
+        assert any(line.endswith(f" s  {text}") for line in lines), text
+    assert any(line.endswith(" s  [DONE]") for line in lines)
+    assert "verdict: healthy: 7 event(s), the first at 0.0" in out
+    assert "summary: first event at 0.0" in out
+    assert " 7 event(s), 0 comment(s), largest gap 0.2" in out
+
+
+@pytest.mark.parametrize(
+    ("scenario", "stage", "waiting_for"),
+    [
+        ("silent", "mid_stream", "event 3"),
+        ("keepalive", "mid_stream", "event 3"),
+        ("no-headers", "first_event", "headers"),
+    ],
+)
+def test_a_stall_is_reported_with_its_stage_and_budget_and_exits_one(
+    capsys: pytest.CaptureFixture[str], scenario: str, stage: str, waiting_for: str
+) -> None:
+    """A silent, keepalive-only or header-less embedded stream ends with verdict stalled, its stage, what it waited for and the budget, no sooner than the budget, and exit 1."""
+    code, report = _probe_json(capsys, "--scenario", scenario, "--stale", "0.5")
+    assert code == 1
+    assert report["verdict"] == "stalled"
+    stall = report["stall"]
+    assert stall["stage"] == stage
+    assert stall["waiting_for"] == waiting_for
+    assert stall["budget"] == 0.5
+    assert 0.5 <= report["total"] < 0.5 + SLACK
+    assert _kinds(report)[-1] == "stalled"
+    if stage == "mid_stream":
+        assert report["events"] == 2
+        assert report["largest_gap"]["after_event"] == 2
+        assert report["largest_gap"]["seconds"] >= 0.45  # the open gap the stall closed
+    else:
+        assert report["events"] == 0
+        assert "headers" not in _kinds(report)
+
+
+def test_plain_stall_output_says_stalled_at_when(capsys: pytest.CaptureFixture[str]) -> None:
+    """In plain output a stall reads "stalled at T s, mid-stream" with the budget, and the timeline shows where."""
+    code, out, _ = _probe_cli(capsys, "--scenario", "silent", "--stale", "0.5")
+    assert code == 1
+    assert "verdict: stalled at " in out
+    assert ", mid-stream: no data event for 0.5 s after event 2" in out
+    assert " s  stalled: no data event for 0.5 s after event 2" in out
+
+
+def test_first_event_budget_is_separate_from_the_stale_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--first-event bounds the wait for the first event on its own, whatever --stale says."""
+    code, report = _probe_json(
+        capsys, "--scenario", "no-headers", "--stale", "30", "--first-event", "0.5"
+    )
+    assert code == 1
+    assert report["budgets"]["first_event"] == 0.5
+    assert report["budgets"]["stale"] == 30
+    assert report["stall"]["budget"] == 0.5
+    assert report["total"] < 0.5 + SLACK
+
+
+def test_keepalive_comments_are_counted_and_reported_as_one_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Keepalive comments are counted, shown as one timeline line per run, and named in the stall verdict as not being progress."""
+    code, out, _ = _probe_cli(capsys, "--scenario", "keepalive", "--stale", "1")
+    assert code == 1
+    (run,) = [line for line in out.splitlines() if "comment(s) (': keepalive')" in line]
+    count = int(run.split(" s  ")[1].split()[0])
+    assert count >= 2  # one every 0.25 s for 1 s
+    assert f", 2 event(s), {count} comment(s)," in out
+    assert out.index(run) < out.index(" s  stalled: ")  # the run is closed before the stall
+    assert f"{count} comment(s) came meanwhile, and comments (keepalives) are not progress" in out
+
+
+@pytest.mark.parametrize(("gap", "listed"), [("0.1", True), ("1", False)])
+def test_only_gaps_longer_than_the_threshold_are_listed(
+    capsys: pytest.CaptureFixture[str], gap: str, listed: bool
+) -> None:
+    """Gaps between data events (0.2 s in the healthy scenario) are listed when longer than --gap, and not otherwise."""
+    code, report = _probe_json(capsys, "--gap", gap)
+    assert code == 0
+    gaps = [mark for mark in report["timeline"] if mark["kind"] == "gap"]
+    if listed:
+        assert [mark["before_event"] for mark in gaps] == [2, 3, 4, 5, 6, 7]
+        assert all(mark["seconds"] > 0.1 for mark in gaps)
+    else:
+        assert gaps == []
+    assert report["largest_gap"]["seconds"] >= 0.19
+
+
+def test_json_report_has_every_field(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one JSON object with the verdict, budgets, counts, largest gap, total and a time-ordered timeline."""
+    code, report = _probe_json(capsys, "--stale", "5", "--gap", "0.1")
+    assert code == 0
+    assert report["verdict"] == "healthy"
+    assert report["embedded"] is True
+    assert report["scenario"] == "healthy"
+    assert report["model"] == "probe"
+    assert report["url"].endswith("/v1/chat/completions")
+    assert report["budgets"] == {"first_event": 5.0, "stale": 5.0, "gap": 0.1}
+    assert report["status"] == 200
+    assert (report["events"], report["comments"], report["done"]) == (7, 0, True)
+    assert report["stall"] is None
+    assert 0 < report["first_event_at"] < report["total"]
+    assert set(report["largest_gap"]) == {"seconds", "after_event", "until"}
+    offsets = [mark["at"] for mark in report["timeline"]]
+    assert offsets == sorted(offsets)
+    assert _kinds(report)[:4] == ["connected", "sent", "headers", "first_event"]
+    assert _kinds(report)[-2:] == ["done", "end"]
+
+
+# --- a server of the user's -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+def test_base_url_sends_the_key_as_bearer_and_never_prints_it(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    server: FaultServer,
+    as_json: bool,
+) -> None:
+    """Against --base-url the probe POSTs a streaming chat completion for --model with the key from --api-key-env as a Bearer token, and the key appears nowhere in its output."""
+    monkeypatch.setenv(KEY_VAR, KEY)
+    args = ["--base-url", server.base_url, "--model", "m-1", "--api-key-env", KEY_VAR]
+    code, out, err = _probe_cli(capsys, *args, *(["--json"] if as_json else []))
+    assert code == 0, out
+    (request,) = server.requests
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert request.path == "/v1/chat/completions"
+    assert request.stream is True
+    assert isinstance(request.json, dict)
+    assert request.json["model"] == "m-1"
+    assert KEY not in out + err
+    assert f"${KEY_VAR}" in out or f'"api_key_env": "{KEY_VAR}"' in out
+
+
+def test_without_a_key_no_authorization_header_is_sent(
+    capsys: pytest.CaptureFixture[str], server: FaultServer
+) -> None:
+    """Without --api-key-env the request carries no Authorization header, and the heading says so."""
+    code, out, _ = _probe_cli(capsys, "--base-url", server.base_url, "--model", "m")
+    assert code == 0
+    assert "authorization" not in server.requests[0].headers
+    assert "no API key" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+def test_a_key_echoed_by_the_server_is_masked(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    server: FaultServer,
+    as_json: bool,
+) -> None:
+    """An error response that quotes the API key is reported as a failure (exit 1) with the key masked."""
+    server.scenario = Scenario.error(401, message=f"Incorrect API key provided: {KEY}.")
+    monkeypatch.setenv(KEY_VAR, KEY)
+    args = ["--base-url", server.base_url, "--model", "m", "--api-key-env", KEY_VAR]
+    code, out, err = _probe_cli(capsys, *args, *(["--json"] if as_json else []))
+    assert code == 1
+    assert KEY not in out + err
+    assert f"HTTP 401: Incorrect API key provided: {_probe.MASK}." in out
+
+
+def test_budgets_come_from_the_environment_against_a_base_url_and_options_win(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, server: FaultServer
+) -> None:
+    """Against --base-url the HERMES_STREAM_* variables set the budgets, as in the user's application, and --stale overrides them."""
+    monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "0.5")
+    monkeypatch.setenv("HERMES_STREAM_FIRST_EVENT_TIMEOUT", "off")
+    base = ["--base-url", server.base_url, "--model", "m"]
+    _, report = _probe_json(capsys, *base)
+    assert report["budgets"]["stale"] == 0.5
+    assert report["budgets"]["first_event"] is None
+    _, report = _probe_json(capsys, *base, "--stale", "7")
+    assert report["budgets"]["stale"] == 7
+
+
+@pytest.mark.parametrize(
+    ("scenario", "says"),
+    [
+        (Scenario.error(500), "HTTP 500: The server had an error"),
+        (Scenario.truncated(1), "RemoteProtocolError"),
+    ],
+    ids=["status", "truncated"],
+)
+def test_other_failures_say_what_failed_and_exit_one(
+    capsys: pytest.CaptureFixture[str], server: FaultServer, scenario: Scenario, says: str
+) -> None:
+    """An error status or a cut-off body gives verdict failed, naming what failed, and exit 1."""
+    server.scenario = scenario
+    code, report = _probe_json(capsys, "--base-url", server.base_url, "--model", "m")
+    assert code == 1
+    assert report["verdict"] == "failed"
+    assert says in report["detail"]
+    assert _kinds(report)[-1] == "error"
+
+
+def test_a_refused_connection_is_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that refuses the connection gives verdict failed with the connect error, exit 1."""
+    with FaultServer() as gone:
+        url = gone.base_url
+    code, report = _probe_json(capsys, "--base-url", url, "--model", "m")
+    assert code == 1
+    assert "ConnectError" in report["detail"]
+
+
+def test_a_connect_that_hangs_stalls_before_the_first_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A connect that never completes is a first-event stall waiting for the connection, after the budget."""
+    with black_hole() as url:
+        code, report = _probe_json(capsys, "--base-url", url, "--model", "m", "--stale", "0.5")
+    assert code == 1
+    assert report["stall"]["waiting_for"] == "the connection"
+    assert report["total"] < 0.5 + SLACK
+
+
+def test_tls_handshake_time_is_shown(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Over https the timeline shows the TLS handshake between connecting and the headers."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    with FaultServer(ssl_context=server_context) as secure:
+        code, report = _probe_json(capsys, "--base-url", secure.base_url, "--model", "m")
+    assert code == 0, report["detail"]
+    assert _kinds(report)[:3] == ["connected", "tls", "sent"]
+
+
+# --- bad arguments ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (None, "is not set or empty"),
+        ("", "is not set or empty"),
+        ("   ", "is not set or empty"),
+        ("sk-\u2019quoted\u2019-SECRET", "is not printable ASCII"),
+        ("sk-two\nlines-SECRET", "is not printable ASCII"),
+    ],
+    ids=["unset", "empty", "blank", "non-ascii", "newline"],
+)
+def test_a_missing_or_unusable_key_variable_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    value: str | None,
+    says: str,
+) -> None:
+    """--api-key-env naming an unset, empty or unsendable variable exits 2 with a message naming the variable but not its value."""
+    if value is None:
+        monkeypatch.delenv(KEY_VAR, raising=False)
+    else:
+        monkeypatch.setenv(KEY_VAR, value)
+    err = _usage_error(capsys, "--api-key-env", KEY_VAR)
+    assert f"{KEY_VAR!r} {says}" in err
+    assert "SECRET" not in err
+
+
+@pytest.mark.parametrize("option", ["--stale", "--first-event", "--gap"])
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf"])
+def test_a_bad_number_exits_2_naming_the_option(
+    capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    """A zero, negative, non-numeric or non-finite number of seconds exits 2 naming the option and the value."""
+    err = _usage_error(capsys, f"{option}={value}")
+    assert f"argument {option}: must be a number of seconds > 0, got {value!r}" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--base-url", "http://h/v1", "--model", "m", "--scenario", "silent"], "--scenario"),
+        (["--base-url", "http://h/v1"], "--model is required with --base-url"),
+        (["--base-url", "ftp://h/v1", "--model", "m"], "--base-url must be an http"),
+        (["--base-url", "h/v1?key=SECRET", "--model", "m"], "--base-url must be an http"),
+        (["--scenario", "nonsense"], "invalid choice"),
+    ],
+)
+def test_inconsistent_arguments_exit_2_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    """--scenario with --base-url, --base-url without --model, a URL that is not http(s) or an unknown scenario exit 2 and say why, never echoing the URL."""
+    err = _usage_error(capsys, *args)
+    assert says in err
+    assert "SECRET" not in err
+
+
+def test_a_malformed_budget_variable_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against --base-url a malformed HERMES_STREAM_* variable exits 2 naming the variable."""
+    monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "soon")
+    err = _usage_error(capsys, "--base-url", "http://h/v1", "--model", "m")
+    assert "HERMES_STREAM_STALE_TIMEOUT" in err
+
+
+# --- the live line --------------------------------------------------------------------------
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_a_live_line_is_rewritten_in_place_and_cleared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With stderr on a terminal the waiting line with its budget is redrawn with a carriage return and erased before the probe returns."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["probe", "--scenario", "silent", "--stale", "0.5"]) == 1
+    drawn = err.getvalue()
+    assert drawn.count("\rwaiting ") >= 2
+    assert "for event 3 / budget 0.5 s (2 events, 0 comments)" in drawn
+    assert drawn.endswith("\r\x1b[K")
+    assert "\r" not in out.getvalue()
+
+
+def test_off_a_terminal_plain_waiting_lines_and_no_carriage_return(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When stderr is not a terminal the probe writes no carriage return anywhere and reports a long wait as plain "still waiting" lines."""
+    monkeypatch.setattr(_probe, "PLAIN_TICK", 0.3)
+    code, out, err = _probe_cli(capsys, "--scenario", "silent", "--stale", "1")
+    assert code == 1
+    assert "\r" not in out + err
+    assert err == ""
+    still = [line for line in out.splitlines() if "  still waiting " in line]
+    assert 2 <= len(still) <= 4  # every PLAIN_TICK, not at a terminal's redraw rate
+    assert "for event 3 / budget 1 s" in still[0]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["plain", "terminal"])
+def test_nothing_the_probe_started_outlives_it(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    """When the probe returns, its live-line and Ctrl+C threads and the embedded server's threads are gone, and the SIGINT handler is the previous one."""
+    slow_waiting = _probe.Timeline.waiting
+
+    def waiting(timeline: _probe.Timeline, policy: StreamPolicy) -> str:
+        time.sleep(0.25)  # the live line is busy drawing when the probe ends
+        return slow_waiting(timeline, policy)
+
+    monkeypatch.setattr(_probe.Timeline, "waiting", waiting)
+    monkeypatch.setattr(_probe, "PLAIN_TICK", 0.1)
+    before = signal.getsignal(signal.SIGINT)
+    err = _Terminal() if terminal else io.StringIO()
+    assert (
+        _probe.probe(_options("--scenario", "silent", "--stale", "0.3"), io.StringIO(), err) == 1
+    )
+    assert _probe_threads() == []
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def _options(*argv: str) -> _probe.ProbeOptions:
+    parser = argparse.ArgumentParser()
+    _probe.add_arguments(parser)
+    return _probe.options_from(parser.parse_args(argv), parser)
+
+
+# --- Ctrl+C -------------------------------------------------------------------------------
+
+
+def test_ctrl_c_sets_the_token_then_a_second_one_raises_keyboard_interrupt() -> None:
+    """The first Ctrl+C interrupts the token (from a helper thread), a second raises KeyboardInterrupt at once."""
+    token = Interrupt()
+    with _probe.CtrlC(token) as ctrl_c:
+        ctrl_c._handler(signal.SIGINT, None)
+        assert token.wait(5.0)
+        assert token.reason == "Ctrl+C"
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c._handler(signal.SIGINT, None)
+
+
+def test_an_ignored_sigint_stays_ignored(request: pytest.FixtureRequest) -> None:
+    """Where SIGINT is ignored (a background job) the probe leaves it ignored, during and after."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers live on the main thread")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    with _probe.CtrlC(Interrupt()):
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_ctrl_c_in_process_prints_the_partial_timeline_and_exits_130(
+    capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+) -> None:
+    """SIGINT during a keepalive-only stall stops the probe at once with the timeline so far, verdict interrupted and exit 130, and the handler is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT is delivered to the main thread only")
+    # A shell that starts pytest in the background ignores SIGINT; Ctrl+C must work here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    pressed: list[float] = []
+
+    def press() -> None:
+        time.sleep(0.6)
+        pressed.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press, daemon=True).start()
+    code, report = _probe_json(capsys, "--scenario", "keepalive", "--stale", "30")
+    assert time.monotonic() - pressed[0] < 1.0 + SLACK
+    assert code == 130
+    assert report["verdict"] == "interrupted"
+    assert report["events"] == 2
+    assert report["comments"] >= 1
+    interrupted = report["timeline"][-1]
+    assert interrupted["kind"] == "interrupted"
+    # Through the token, not a KeyboardInterrupt raised wherever the main thread was.
+    assert (interrupted["reason"], interrupted["stage"]) == ("Ctrl+C", "mid_stream")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _restore_default_sigint() -> None:
+    """In the child before exec: undo a background shell's SIG_IGN, as a terminal would have it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_stops_the_command_promptly_with_the_partial_timeline(
+    server: FaultServer,
+) -> None:
+    """SIGINT to `python -m hermes_transport probe` stalled on a keepalive-only server ends it within a second or so with the timeline so far, verdict interrupted and exit 130."""
+    server.scenario = Scenario.comments_after(1, interval=0.1)
+    command = [sys.executable, "-m", "hermes_transport", "probe"]
+    command += ["--base-url", server.base_url, "--model", "m", "--stale", "60"]
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_restore_default_sigint,
+    )
+    try:
+        assert server.wait_for_requests(1, timeout=30.0)
+        time.sleep(0.5)
+        pressed = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    took = time.monotonic() - pressed
+    assert child.returncode == 130, out + err
+    assert took < 1.0 + SLACK
+    assert " s  first event" in out
+    assert " s  interrupted while reading the stream: Ctrl+C" in out
+    assert "verdict: interrupted at " in out
+    assert "Traceback" not in err
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def test_python_m_probe_runs_on_a_fresh_machine_and_prints_json() -> None:
+    """`python -m hermes_transport probe --json` needs nothing but the package: it probes the embedded server, prints one JSON object and exits 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_transport", "probe", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["verdict"] == "healthy"
+    assert result.stderr == ""
+
+
+def test_the_demo_command_is_still_there(capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo` stays a command next to `probe`."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    usage = capsys.readouterr().out
+    assert "demo" in usage
+    assert "probe" in usage
