@@ -85,7 +85,8 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
         self._read_after_kill = 0
 
     def _draining(self, chunk: bytes) -> bool:
-        if self._guard.fired is None or not self._drains:
+        """After a kill (``guard.fired`` is set): whether to drop ``chunk`` and read on."""
+        if not self._drains:
             return False
         self._read_after_kill += len(chunk)
         return self._read_after_kill <= HOLD_LIMIT
@@ -93,7 +94,9 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
     async def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
         async for chunk in self._chunks:
-            if not self._draining(chunk) and self._hold(chunk):
+            if self._guard.fired is not None and self._draining(chunk):
+                continue
+            if self._hold(chunk):
                 return
         self._ended()
         self._progressed()
@@ -103,7 +106,8 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
             for chunk in self._take_held():
                 yield chunk
             async for chunk in self._chunks:
-                if self._draining(chunk):
+                # Hot path: one attribute read unless the attempt was killed.
+                if self._guard.fired is not None and self._draining(chunk):
                     continue
                 self._saw(chunk)
                 yield chunk
