@@ -334,6 +334,7 @@ class BodyWatch:
         self._held: list[bytes] = []
         self._held_size = 0
         self._complete = False  # the inner body was read to its end
+        self._drained_size = 0  # read after [DONE] when the caller closed early
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
             # Not an event stream: it has answered, and its body is not watched
@@ -378,11 +379,11 @@ class BodyWatch:
 
     def _drained(self, chunk: bytes) -> bool:
         """Count a drained chunk; whether the drain may go on."""
-        self._held_size += len(chunk)
-        return self._held_size <= DRAIN_BYTES and self._guard.fired is None
+        self._drained_size += len(chunk)
+        return self._drained_size <= DRAIN_BYTES and self._guard.fired is None
 
     def _take_held(self) -> list[bytes]:
-        held, self._held, self._held_size = self._held, [], 0
+        held, self._held = self._held, []
         return held
 
     def _progressed(self) -> None:
