@@ -138,7 +138,6 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
             async for chunk in self._chunks:
                 if not self._drained(chunk):
                     return
-            self._complete = True
 
 
 def _track_sockets(inner: Any) -> bool:

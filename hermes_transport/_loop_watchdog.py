@@ -44,16 +44,12 @@ class _Alarm(Protocol):
 class LoopWatchdog:
     """The deadline heap of one event loop, served by the loop's alarm."""
 
-    def __init__(self) -> None:
+    def __init__(self, make_alarm: Callable[[Callable[[], None]], _Alarm]) -> None:
         self._heap = DeadlineHeap()
         # Targets armed and not yet released or dropped: the alarm is set while any is.
         self._live: set[Target] = set()
-        self._alarm: _Alarm | None = None
         self._alarm_at: float | None = None
-
-    def _bind(self, alarm: _Alarm) -> LoopWatchdog:
-        self._alarm = alarm
-        return self
+        self._alarm = make_alarm(self._ring)  # rings on the loop: calls _ring
 
     def arm(self, target: Target) -> None:
         """Watch ``target`` until its ``deadline`` passes, becomes ``None`` or it is released."""
@@ -73,7 +69,6 @@ class LoopWatchdog:
             self._heap.clear()
             if self._alarm_at is not None:
                 self._alarm_at = None
-                assert self._alarm is not None
                 self._alarm.cancel()
 
     def live(self) -> int:
@@ -87,12 +82,10 @@ class LoopWatchdog:
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the loop soon; from any thread. Dropped if the loop is gone."""
-        assert self._alarm is not None
         self._alarm.call_soon_threadsafe(callback)
 
     def _set_alarm(self, when: float) -> None:
         self._alarm_at = when
-        assert self._alarm is not None
         self._alarm.set(when)
 
     def _ring(self) -> None:
@@ -197,8 +190,7 @@ def loop_watchdog() -> LoopWatchdog:
         return _for_trio()
     watcher = _asyncio_watchdogs.get(loop)
     if watcher is None:
-        watcher = LoopWatchdog()
-        watcher._bind(_AsyncioAlarm(loop, watcher._ring))
+        watcher = LoopWatchdog(lambda ring: _AsyncioAlarm(loop, ring))
         _asyncio_watchdogs[loop] = watcher
     return watcher
 
@@ -219,7 +211,6 @@ def _for_trio() -> LoopWatchdog:
     try:
         watcher: LoopWatchdog = _trio_watchdog.get()
     except LookupError:
-        watcher = LoopWatchdog()
-        watcher._bind(_TrioAlarm(watcher._ring))
+        watcher = LoopWatchdog(_TrioAlarm)
         _trio_watchdog.set(watcher)
     return watcher

@@ -89,7 +89,6 @@ class WatchedStream(BodyWatch, httpx.SyncByteStream):
             for chunk in self._chunks:
                 if not self._drained(chunk):
                     return
-            self._complete = True
 
 
 def _track_sockets(inner: Any) -> bool:
