@@ -9,20 +9,22 @@ write, new or pooled connection), the socket is shut down, from whichever
 thread fired, and the loop sees end-of-file at once. Before that (DNS,
 connecting, the TLS handshake, waiting for a pooled connection) the attempt
 runs inside a cancel scope, and the kill cancels it on the loop's thread.
+
+``AsyncWatchdog`` is the shell for any flavor (``_flavor``); the public
+classes only name their HTTP library.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
-import httpcore
 import httpx
 
 from ._async_backend import AsyncTrackingBackend
-from ._backend import Tracked, track_sockets
+from ._backend import Tracked
 from ._exchange import (
     HOLD_LIMIT,
     Attempt,
@@ -32,13 +34,14 @@ from ._exchange import (
     Shell,
     rebuilt,
 )
+from ._flavor import HTTPX, concrete
 from ._guard import Guard, current_guard
 from ._interrupt import Interrupt, bound_interrupts
 from ._loop_watchdog import LoopWatchdog, loop_watchdog
 from ._policy import StreamPolicy
 from ._progress import ProgressMeter
 
-__all__ = ["AsyncWatchdogTransport"]
+__all__ = ["AsyncWatchdog", "AsyncWatchdogTransport"]
 
 
 class _CancelAttempt:
@@ -59,12 +62,15 @@ class _CancelAttempt:
             self._scope.cancel()
 
 
-class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
-    """The response body, passed up byte for byte while its progress is watched."""
+class AsyncWatchedStream(BodyWatch):
+    """The response body, passed up byte for byte while its progress is watched.
+
+    Made a subclass of the flavor's ``AsyncByteStream`` where it is built.
+    """
 
     def __init__(
         self,
-        inner: httpx.AsyncByteStream,
+        inner: Any,
         guard: Guard,
         attempt: Attempt,
         meter: ProgressMeter | None,
@@ -112,7 +118,7 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
                 self._saw(chunk)
                 yield chunk
             self._ended()
-        except (httpx.TransportError, OSError, Fired) as exc:
+        except self._attempt.dead as exc:
             # The body is dead: release everything now, since a caller's
             # aiter_raw() (for one) does not close a response that raised.
             await self.aclose()
@@ -128,65 +134,53 @@ class AsyncWatchedStream(BodyWatch, httpx.AsyncByteStream):
         self._release_guard()
         self._watcher.release(self._guard)
         try:
-            await self._chunks.aclose()  # type: ignore[attr-defined]
+            await self._chunks.aclose()
         finally:
             await self._inner.aclose()
 
     async def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.
-        with contextlib.suppress(httpx.TransportError, OSError):
+        with contextlib.suppress(*self._attempt.dead):
             async for chunk in self._chunks:
                 if not self._drained(chunk):
                     return
 
 
-def _track_sockets(inner: Any) -> bool:
-    return track_sockets(
-        inner,
-        httpx.AsyncHTTPTransport,
-        httpcore.AsyncConnectionPool,
-        AsyncTrackingBackend,
-        "AsyncWatchdogTransport",
-    )
+class AsyncInner(Protocol):
+    """What an async shell needs of its inner transport."""
+
+    async def handle_async_request(self, request: Any) -> Any: ...
+
+    async def aclose(self) -> None: ...
 
 
-class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
-    """An async httpx transport that kills hung SSE streams and re-sends early stalls.
+_AsyncInner = TypeVar("_AsyncInner", bound=AsyncInner)
 
-    The async twin of ``WatchdogTransport``, with the same arguments, policy,
-    gating, re-sends and errors; see its docstring. It runs on asyncio or trio
-    with no thread: deadlines are timers of the running loop. An
-    ``Interrupt`` may be fired from any thread or from the loop itself.
 
-    Ordinary cancellation (``task.cancel()``, ``asyncio.timeout``, a cancel
-    scope) stays ordinary: the usual ``CancelledError`` or timeout, with the
-    connection closed and nothing left armed.
+class AsyncWatchdog(Shell[_AsyncInner]):
+    """The async transport of any flavor; subclasses name their HTTP library."""
 
-    Limits: HTTP/2 is refused. With an inner transport whose sockets cannot
-    be reached (mocks, custom transports), a stall or interrupt before the
-    first event cancels the request; after it, a stall is noticed only when
-    the next bytes arrive.
-    """
-
-    def __init__(
+    def _setup(
         self,
-        inner: httpx.AsyncBaseTransport | None = None,
-        *,
-        policy: StreamPolicy | None = None,
-        interrupt: Interrupt | None = None,
-        **http_transport_kwargs: Any,
+        inner: _AsyncInner | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        http_transport_kwargs: dict[str, Any],
     ) -> None:
+        flavor = self._flavor
         self._configure(
             inner,
             policy,
             interrupt,
             http_transport_kwargs,
-            httpx.AsyncHTTPTransport,
-            _track_sockets,
+            flavor.http.AsyncHTTPTransport,
+            flavor.core.AsyncConnectionPool,
+            AsyncTrackingBackend,
         )
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        exchange = Exchange(request, self._policy, self._interrupt, bound_interrupts())
+    async def _handle(self, request: Any) -> Any:
+        flavor = self._flavor
+        exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
         watcher = loop_watchdog()
         while True:
             guard, attempt = exchange.begin()
@@ -206,12 +200,12 @@ class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTra
 
     async def _send(
         self,
-        request: httpx.Request,
+        request: Any,
         guard: Guard,
         attempt: Attempt,
         exchange: Exchange,
         watcher: LoopWatchdog,
-    ) -> httpx.Response:
+    ) -> Any:
         guard.stage = "headers"
         context = current_guard.set(guard)
         stream: AsyncWatchedStream | None = None
@@ -226,8 +220,8 @@ class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTra
                     response = await self._inner.handle_async_request(request)
                     try:
                         meter = exchange.meter_for(response, guard, self._sockets_reachable)
-                        assert isinstance(response.stream, httpx.AsyncByteStream)
-                        stream = AsyncWatchedStream(
+                        body = concrete(AsyncWatchedStream, self._flavor.http.AsyncByteStream)
+                        stream = body(
                             response.stream,
                             guard,
                             attempt,
@@ -257,3 +251,38 @@ class AsyncWatchdogTransport(Shell[httpx.AsyncBaseTransport], httpx.AsyncBaseTra
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class AsyncWatchdogTransport(AsyncWatchdog[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
+    """An async httpx transport that kills hung SSE streams and re-sends early stalls.
+
+    The async twin of ``WatchdogTransport``, with the same arguments, policy,
+    gating, re-sends and errors; see its docstring. It runs on asyncio or trio
+    with no thread: deadlines are timers of the running loop. An
+    ``Interrupt`` may be fired from any thread or from the loop itself.
+
+    Ordinary cancellation (``task.cancel()``, ``asyncio.timeout``, a cancel
+    scope) stays ordinary: the usual ``CancelledError`` or timeout, with the
+    connection closed and nothing left armed.
+
+    Limits: HTTP/2 is refused. With an inner transport whose sockets cannot
+    be reached (mocks, custom transports), a stall or interrupt before the
+    first event cancels the request; after it, a stall is noticed only when
+    the next bytes arrive.
+    """
+
+    _flavor = HTTPX
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport | None = None,
+        *,
+        policy: StreamPolicy | None = None,
+        interrupt: Interrupt | None = None,
+        **http_transport_kwargs: Any,
+    ) -> None:
+        self._setup(inner, policy, interrupt, http_transport_kwargs)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response: httpx.Response = await self._handle(request)
+        return response

@@ -18,11 +18,7 @@ from typing import Any
 
 import httpcore
 
-try:  # the stream class httpcore's own sync backend returns
-    from httpcore._backends.sync import SyncStream
-except ImportError:  # pragma: no cover - another httpcore layout: connect is not guarded
-    SyncStream = None  # type: ignore[assignment,misc]
-
+from ._flavor import Flavor
 from ._guard import Guard, current_guard
 
 __all__ = [
@@ -108,12 +104,16 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
     it has just handed to a request on another (encode/httpcore#1110), which
     leaves that request reading a closed socket (EBADF, or a hang until its
     read timeout). Such a close is deferred until the request's guard closes.
+
+    ``flavor`` is the core library whose pool holds it (its exceptions and
+    stream class are used); it is typed as httpcore's, whose shape httpcore2 shares.
     """
 
     _inner: httpcore.NetworkStream
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, flavor: Flavor) -> None:
         self._inner = inner
+        self._flavor = flavor
         self._guard: Guard | None = None
         # The thread of the request that last wrote to it.
         self._owner = 0
@@ -150,19 +150,23 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
         guard, sock = self._guard, self._inner.get_extra_info("socket")
+        flavor = self._flavor
+        sync_stream = flavor.sync_stream
         self._detach()
         if (
             guard is None
-            or SyncStream is None
-            or type(self._inner) is not SyncStream
+            or sync_stream is None
+            or not isinstance(self._inner, sync_stream)
             or not isinstance(sock, socket.socket)
             or isinstance(sock, ssl.SSLSocket)  # TLS in TLS: left to httpcore, unguarded
         ):
-            return TrackingStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+            tls = self._inner.start_tls(ssl_context, server_hostname, timeout)
+            return TrackingStream(tls, flavor)
         guard.stage = "connecting"
-        return TrackingStream(
-            SyncStream(_handshake_guarded(guard, sock, ssl_context, server_hostname, timeout))
+        tls_sock = _handshake_guarded(
+            guard, sock, ssl_context, server_hostname, timeout, flavor.core
         )
+        return TrackingStream(sync_stream(tls_sock), flavor)
 
 
 class _Connecting:
@@ -184,6 +188,7 @@ def _connect_guarded(
     timeout: float | None,
     local_address: str | None,
     socket_options: Iterable[Any] | None,
+    core: Any,
 ) -> socket.socket:
     """``socket.create_connection`` as httpcore's SyncBackend uses it, but with each
     socket attached to the guard while it connects, so an interrupt aborts it."""
@@ -192,7 +197,7 @@ def _connect_guarded(
         # Name resolution cannot be interrupted; it is bounded by the resolver.
         addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     except OSError as exc:
-        raise httpcore.ConnectError(str(exc)) from exc
+        raise core.ConnectError(str(exc)) from exc
     for family, kind, proto, _, address in addresses:
         sock = socket.socket(family, kind, proto)
         connecting = _Connecting(sock)
@@ -209,7 +214,7 @@ def _connect_guarded(
             guard.detach(connecting)  # before close: see the invariants in _guard
             sock.close()
             if isinstance(exc, socket.timeout):
-                raise httpcore.ConnectTimeout(str(exc)) from exc
+                raise core.ConnectTimeout(str(exc)) from exc
             if not isinstance(exc, OSError):
                 raise  # KeyboardInterrupt and the like: the socket is closed, nothing else
             error = exc
@@ -219,7 +224,7 @@ def _connect_guarded(
         guard.detach(connecting)
         guard.stage = "sending"
         return sock
-    raise httpcore.ConnectError(str(error or f"no address found for {host!r}")) from error
+    raise core.ConnectError(str(error or f"no address found for {host!r}")) from error
 
 
 def _handshake_guarded(
@@ -228,6 +233,7 @@ def _handshake_guarded(
     ssl_context: ssl.SSLContext,
     server_hostname: str | None,
     timeout: float | None,
+    core: Any,
 ) -> ssl.SSLSocket:
     """The TLS handshake of httpcore's SyncStream.start_tls, reachable by the guard.
 
@@ -242,7 +248,7 @@ def _handshake_guarded(
         )
     except OSError as exc:
         sock.close()
-        raise httpcore.ConnectError(str(exc)) from exc
+        raise core.ConnectError(str(exc)) from exc
     handshaking = _Connecting(tls)
     guard.attach(handshaking)  # kills at once if the guard fired meanwhile
     try:
@@ -251,10 +257,10 @@ def _handshake_guarded(
         guard.detach(handshaking)  # before close: see the invariants in _guard
         tls.close()
         if isinstance(exc, socket.timeout):
-            raise httpcore.ConnectTimeout(str(exc)) from exc
+            raise core.ConnectTimeout(str(exc)) from exc
         if not isinstance(exc, OSError):
             raise
-        raise httpcore.ConnectError(str(exc)) from exc
+        raise core.ConnectError(str(exc)) from exc
     guard.detach(handshaking)
     return tls
 
@@ -266,8 +272,9 @@ class Tracking:
 class TrackingBackend(Tracking, httpcore.NetworkBackend):
     """Wraps another backend; every stream it opens is a ``TrackingStream``."""
 
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend, flavor: Flavor) -> None:
         self._inner = inner
+        self._flavor = flavor
 
     def connect_tcp(
         self,
@@ -277,14 +284,20 @@ class TrackingBackend(Tracking, httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        guard = current_guard.get()
-        if guard is None or SyncStream is None or type(self._inner) is not httpcore.SyncBackend:
-            return TrackingStream(
-                self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-            )
+        guard, flavor = current_guard.get(), self._flavor
+        sync_stream: Any = flavor.sync_stream
+        if (
+            guard is None
+            or sync_stream is None
+            or type(self._inner) is not flavor.core.SyncBackend
+        ):
+            stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+            return TrackingStream(stream, flavor)
         guard.stage = "connecting"
-        sock = _connect_guarded(guard, host, port, timeout, local_address, socket_options)
-        return TrackingStream(SyncStream(sock))
+        sock = _connect_guarded(
+            guard, host, port, timeout, local_address, socket_options, flavor.core
+        )
+        return TrackingStream(sync_stream(sock), flavor)
 
     def connect_unix_socket(
         self,
@@ -292,7 +305,8 @@ class TrackingBackend(Tracking, httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        return TrackingStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+        stream = self._inner.connect_unix_socket(path, timeout, socket_options)
+        return TrackingStream(stream, self._flavor)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)

@@ -11,11 +11,11 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx
 
-from ._backend import Tracked, refuse_http2, shutdown_socket
+from ._backend import Tracked, refuse_http2, shutdown_socket, track_sockets
 from ._calls import Call, call_for_request
 from ._errors import (
     StreamInterrupted,
@@ -23,6 +23,7 @@ from ._errors import (
     interrupted_before_response,
     stall_for_caller,
 )
+from ._flavor import Flavor
 from ._guard import Guard
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
@@ -70,10 +71,16 @@ class Fired(Exception):
 class Attempt:
     """What one attempt needs to say what happened to it."""
 
-    __slots__ = ("budget", "number", "request", "started", "url")
+    __slots__ = ("budget", "dead", "flavor", "number", "request", "started", "url")
 
-    def __init__(self, request: httpx.Request, number: int, budget: float | None) -> None:
+    def __init__(
+        self, request: httpx.Request, flavor: Flavor, number: int, budget: float | None
+    ) -> None:
         self.request = request
+        self.flavor = flavor
+        # What a dead connection raises: the flavor's transport errors, a
+        # socket's, and ours when a guard fired with no socket to shut down.
+        self.dead: tuple[type[Exception], ...] = (flavor.http.TransportError, OSError, Fired)
         self.number = number  # of the logical call, SDK retries and runner re-sends included
         self.budget = budget
         self.started = time.monotonic()
@@ -96,7 +103,7 @@ def _mapped_error(
     The one place where a killed connection's httpx error becomes ours.
     ``in_body``: raised while the caller reads the body, not in ``handle_request``.
     """
-    if guard.fired is None or not isinstance(exc, (httpx.TransportError, OSError, Fired)):
+    if guard.fired is None or not isinstance(exc, attempt.dead):
         return None
     elapsed = time.monotonic() - attempt.started
     stage = guard.fired_stage or guard.stage
@@ -115,7 +122,7 @@ def _mapped_error(
         return interrupted_before_response(reason, stage=stage)
     if stage == "mid_stream":
         assert stale is not None
-        return StreamStalled(
+        return attempt.flavor.stalled(
             f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
             f" {elapsed:.2f} s into attempt {attempt.number}",
             request=attempt.request,
@@ -125,7 +132,7 @@ def _mapped_error(
             attempts=attempt.number,
         )
     assert attempt.budget is not None
-    return StreamStalled(
+    return attempt.flavor.stalled(
         f"stream stalled: no first event within {attempt.budget:g} s"
         f" ({STAGE_NAMES.get(stage, stage)}) on attempt {attempt.number}",
         request=attempt.request,
@@ -166,12 +173,16 @@ def check_settings(
         raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
 
 
-_Inner = TypeVar("_Inner", httpx.BaseTransport, httpx.AsyncBaseTransport)
+_Inner = TypeVar("_Inner")
 
 
 class Shell(Generic[_Inner]):
-    """What the sync and async transports hold: inner transport, policy, own interrupt."""
+    """What the sync and async transports hold: inner transport, policy, own interrupt.
 
+    ``_flavor`` is the HTTP library of the concrete class (``_flavor``).
+    """
+
+    _flavor: ClassVar[Flavor]
     _inner: _Inner
     _policy: StreamPolicy
     _interrupt: Interrupt | None
@@ -183,12 +194,18 @@ class Shell(Generic[_Inner]):
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
         settings: dict[str, Any],
-        build: Callable[..., _Inner],
-        track: Callable[[_Inner], bool],
+        http_transport: type[Any],
+        pool: type[Any],
+        tracking_backend: Callable[[Any], Any],
     ) -> None:
-        check_settings(type(self).__name__, inner, policy, interrupt, settings)
-        self._inner = inner if inner is not None else build(**settings)
-        self._sockets_reachable = track(self._inner)
+        """Build (``http_transport(**settings)``) or take the inner transport, and
+        let guards reach its sockets when it is an ``http_transport`` over a ``pool``."""
+        name = type(self).__name__
+        check_settings(name, inner, policy, interrupt, settings)
+        self._inner = inner if inner is not None else http_transport(**settings)
+        self._sockets_reachable = track_sockets(
+            self._inner, http_transport, pool, tracking_backend, name
+        )
         self._interrupt = interrupt
         self._policy = policy if policy is not None else StreamPolicy.from_env()
 
@@ -210,18 +227,20 @@ class Exchange:
     ``failed()`` whether to send again (``None``) or what to raise.
     """
 
-    __slots__ = ("_budget", "_call", "_policy", "_replayable", "_request", "_tokens")
+    __slots__ = ("_budget", "_call", "_flavor", "_policy", "_replayable", "_request", "_tokens")
 
     def __init__(
         self,
         request: httpx.Request,
+        flavor: Flavor,
         policy: StreamPolicy,
         own_interrupt: Interrupt | None,
         bound: Sequence[Interrupt],
     ) -> None:
         self._request = request
+        self._flavor = flavor
         self._policy = policy
-        self._replayable = isinstance(request.stream, httpx.ByteStream)
+        self._replayable = isinstance(request.stream, flavor.http.ByteStream)
         streaming = wants_stream(
             request.headers.get("accept", ""),
             request.headers.get("content-type", ""),
@@ -248,7 +267,8 @@ class Exchange:
         The guard's deadline is set; the shell arms it on its watchdog.
         """
         call, request = self._call, self._request
-        attempt = Attempt(request, call.start_attempt() if call is not None else 1, self._budget)
+        number = call.start_attempt() if call is not None else 1
+        attempt = Attempt(request, self._flavor, number, self._budget)
         guard = Guard()
         if not guard.bind(self._tokens):
             reason = guard.reason or "interrupted"
@@ -304,7 +324,9 @@ class Exchange:
             if network_stream is not None and not isinstance(network_stream, Tracked):
                 guard.attach(_ForeignConnection(network_stream))
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
-            return ProgressMeter(response.headers.get("content-encoding", ""))
+            return ProgressMeter(
+                response.headers.get("content-encoding", ""), self._policy.heartbeat_events
+            )
         # Not watched for progress, but interruptible, and the guard keeps the
         # socket from being closed under the body by another thread.
         return None
@@ -427,11 +449,15 @@ class BodyWatch:
         return error
 
 
-def rebuilt(
-    response: httpx.Response, stream: httpx.SyncByteStream | httpx.AsyncByteStream
-) -> httpx.Response:
-    """``response`` with its body replaced; ``extensions`` kept (the network stream is there)."""
-    return httpx.Response(
+_Response = TypeVar("_Response", bound=httpx.Response)
+
+
+def rebuilt(response: _Response, stream: Any) -> _Response:
+    """``response`` with its body replaced; ``extensions`` kept (the network stream is there).
+
+    Of the same class as ``response``: each flavor's client checks for its own.
+    """
+    return type(response)(
         status_code=response.status_code,
         headers=response.headers,
         stream=stream,

@@ -11,24 +11,22 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from ._async_transport import AsyncWatchdogTransport
+from ._exchange import Shell
+from ._flavor import HTTPX, Flavor, FlavorName, flavor_named, native_flavor
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
 from ._transport import WatchdogTransport
-
-try:  # how httpx itself reads proxy environment variables
-    from httpx._utils import get_environment_proxies
-except ImportError:  # pragma: no cover - another httpx layout: no environment proxies
-    get_environment_proxies = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     import openai
 
 __all__ = [
+    "ClientFactory",
     "ClientProfile",
     "async_http_client_for",
     "async_openai_client_for",
@@ -38,7 +36,6 @@ __all__ = [
     "should_stream_inline",
 ]
 
-_Client = TypeVar("_Client", httpx.Client, httpx.AsyncClient)
 _SDK = TypeVar("_SDK")
 
 INLINE_PLATFORMS = frozenset({"cron", "subagent"})
@@ -60,7 +57,8 @@ TRANSPORT_SETTINGS = frozenset(
     }
 )
 # The openai SDK's own defaults (DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT).
-SDK_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+SDK_MAX_CONNECTIONS = 1000
+SDK_MAX_KEEPALIVE = 100
 SDK_TIMEOUT = 600.0
 SDK_CONNECT_TIMEOUT = 5.0
 # Socket timeouts stay this far above the watchdog's budgets, so that on a
@@ -80,11 +78,12 @@ def should_stream_inline(
     return platform in INLINE_PLATFORMS and api_mode == "chat_completions" and provider != "moa"
 
 
-def default_timeout(policy: StreamPolicy) -> httpx.Timeout:
-    """The SDK's default timeout, raised where it would undercut the watchdog."""
+def default_timeout(policy: StreamPolicy, flavor: Flavor = HTTPX) -> Any:
+    """The SDK's default timeout (the flavor's ``Timeout``), raised where it would
+    undercut the watchdog."""
     budgets = [b for b in (policy.stale_budget, policy.first_event_budget) if b is not None]
     longest = max([SDK_TIMEOUT, *(b + BUDGET_MARGIN for b in budgets)])
-    return httpx.Timeout(longest, connect=SDK_CONNECT_TIMEOUT)
+    return flavor.http.Timeout(longest, connect=SDK_CONNECT_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -107,6 +106,107 @@ def profile_of(client: object) -> ClientProfile | None:
         return None
 
 
+class ClientFactory:
+    """Builds one flavor's watchdog clients; the public factories of each flavor call it."""
+
+    def __init__(self, flavor: Flavor, sync_transport: type[Any], async_transport: type[Any]):
+        self.flavor = flavor
+        self._transports = {False: sync_transport, True: async_transport}
+        _client_factories[flavor.name] = self
+
+    def sync(
+        self,
+        factory: str,
+        platform: str | None,
+        api_mode: str,
+        provider: str | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        client_kwargs: dict[str, Any],
+    ) -> Any:
+        """An http client over the flavor's ``WatchdogTransport``."""
+        profile = _profile(platform, api_mode, provider, policy, interrupt)
+        return self._client(factory, False, profile, client_kwargs)
+
+    def async_(
+        self,
+        factory: str,
+        platform: str | None,
+        api_mode: str,
+        provider: str | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        client_kwargs: dict[str, Any],
+    ) -> Any:
+        """An async http client over the flavor's ``AsyncWatchdogTransport``."""
+        profile = _profile(platform, api_mode, provider, policy, interrupt)
+        return self._client(factory, True, profile, client_kwargs)
+
+    def _client(
+        self, factory: str, is_async: bool, profile: ClientProfile, client_kwargs: dict[str, Any]
+    ) -> Any:
+        for name in ("transport", "mounts", "app"):
+            if name in client_kwargs:
+                raise TypeError(
+                    f"{factory}() builds the transport itself; {name}= would bypass it"
+                )
+        http = self.flavor.http
+        policy, interrupt = profile.policy, profile.interrupt
+        transport_kwargs = {
+            name: client_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in client_kwargs
+        }
+        transport_kwargs.setdefault(
+            "limits",
+            http.Limits(
+                max_connections=SDK_MAX_CONNECTIONS, max_keepalive_connections=SDK_MAX_KEEPALIVE
+            ),
+        )
+        if "trust_env" in transport_kwargs:
+            client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
+        transport_class = self._transports[is_async]
+        transport = transport_class(policy=policy, interrupt=interrupt, **transport_kwargs)
+        client_kwargs.setdefault("timeout", default_timeout(policy, self.flavor))
+        client_kwargs.setdefault("follow_redirects", True)
+        mounts = self._environment_proxy_mounts(transport_class, profile, transport_kwargs)
+        client_class = http.AsyncClient if is_async else http.Client
+        client = client_class(transport=transport, mounts=mounts, **client_kwargs)
+        _profiles[client] = profile
+        return client
+
+    def _environment_proxy_mounts(
+        self, transport_class: type[Any], profile: ClientProfile, transport_kwargs: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Watchdog transports for HTTP(S)_PROXY / ALL_PROXY / NO_PROXY, as httpx would mount.
+
+        httpx clients honour proxy environment variables only when they build
+        their own transport; without this, a factory client would silently go direct.
+        """
+        if not transport_kwargs.get("trust_env", True) or "proxy" in transport_kwargs:
+            return None
+        read_proxies = self.flavor.environment_proxies
+        proxies = read_proxies() if read_proxies is not None else {}
+        if not proxies:
+            return None
+        return {
+            pattern: None
+            if url is None
+            else transport_class(
+                policy=profile.policy, interrupt=profile.interrupt, proxy=url, **transport_kwargs
+            )
+            for pattern, url in proxies.items()
+        }
+
+
+_client_factories: dict[str, ClientFactory] = {}
+_HTTPX_CLIENTS = ClientFactory(HTTPX, WatchdogTransport, AsyncWatchdogTransport)
+
+
+def client_factory(flavor: object) -> ClientFactory:
+    """The client factory of the flavor named ``flavor`` (``None``: openai's native one)."""
+    name = native_flavor() if flavor is None else flavor
+    return _client_factories[flavor_named(name).name]
+
+
 def http_client_for(
     platform: str | None,
     *,
@@ -123,12 +223,14 @@ def http_client_for(
     else (``event_hooks``, ``headers``, ``timeout``, ...) goes to
     ``httpx.Client``. Defaults follow the openai SDK's (limits, a 600 s
     timeout with 5 s to connect, following redirects), with socket timeouts
-    raised above the watchdog's budgets; given settings win.
+    raised above the watchdog's budgets; given settings win. Proxy
+    environment variables are honoured. ``hermes_transport.httpx2`` has the
+    same factory for ``httpx2`` clients.
     """
-    profile = _profile(platform, api_mode, provider, policy, interrupt)
-    return _http_client(
-        "http_client_for", httpx.Client, WatchdogTransport, profile, httpx_client_kwargs
+    client: httpx.Client = _HTTPX_CLIENTS.sync(
+        "http_client_for", platform, api_mode, provider, policy, interrupt, httpx_client_kwargs
     )
+    return client
 
 
 def async_http_client_for(
@@ -141,14 +243,16 @@ def async_http_client_for(
     **httpx_async_client_kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``."""
-    profile = _profile(platform, api_mode, provider, policy, interrupt)
-    return _http_client(
+    client: httpx.AsyncClient = _HTTPX_CLIENTS.async_(
         "async_http_client_for",
-        httpx.AsyncClient,
-        AsyncWatchdogTransport,
-        profile,
+        platform,
+        api_mode,
+        provider,
+        policy,
+        interrupt,
         httpx_async_client_kwargs,
     )
+    return client
 
 
 def _profile(
@@ -165,60 +269,6 @@ def _profile(
     )
 
 
-def _http_client(
-    factory: str,
-    client_class: type[_Client],
-    transport_class: type[WatchdogTransport] | type[AsyncWatchdogTransport],
-    profile: ClientProfile,
-    client_kwargs: dict[str, Any],
-) -> _Client:
-    for name in ("transport", "mounts", "app"):
-        if name in client_kwargs:
-            raise TypeError(
-                f"the client factory builds the transport itself; {name}= would bypass it"
-            )
-    policy, interrupt = profile.policy, profile.interrupt
-    transport_kwargs = {
-        name: client_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in client_kwargs
-    }
-    transport_kwargs.setdefault("limits", SDK_LIMITS)
-    if "trust_env" in transport_kwargs:
-        client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
-    transport = transport_class(policy=policy, interrupt=interrupt, **transport_kwargs)
-    client_kwargs.setdefault("timeout", default_timeout(policy))
-    client_kwargs.setdefault("follow_redirects", True)
-    mounts = _environment_proxy_mounts(transport_class, profile, transport_kwargs)
-    # The transport class matches the client class; the pairing is by argument.
-    client = client_class(transport=cast(Any, transport), mounts=mounts, **client_kwargs)
-    _profiles[client] = profile
-    return client
-
-
-def _environment_proxy_mounts(
-    transport_class: type[WatchdogTransport] | type[AsyncWatchdogTransport],
-    profile: ClientProfile,
-    transport_kwargs: dict[str, Any],
-) -> dict[str, Any] | None:
-    """Watchdog transports for HTTP(S)_PROXY / ALL_PROXY / NO_PROXY, as httpx would mount.
-
-    httpx clients honour proxy environment variables only when they build
-    their own transport; without this, a factory client would silently go direct.
-    """
-    if not transport_kwargs.get("trust_env", True) or "proxy" in transport_kwargs:
-        return None
-    proxies = get_environment_proxies() if get_environment_proxies is not None else {}
-    if not proxies:
-        return None
-    return {
-        pattern: None
-        if url is None
-        else transport_class(
-            policy=profile.policy, interrupt=profile.interrupt, proxy=url, **transport_kwargs
-        )
-        for pattern, url in proxies.items()
-    }
-
-
 def openai_client_for(
     platform: str | None,
     *,
@@ -226,23 +276,26 @@ def openai_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    flavor: FlavorName | None = None,
     **openai_kwargs: Any,
 ) -> openai.OpenAI:
     """An ``openai.OpenAI`` client for this kind of caller.
 
-    Its ``http_client`` is built with ``http_client_for`` from the same
-    arguments (TLS and connection settings among ``openai_kwargs`` go there),
-    unless ``openai_kwargs`` holds an ``http_client``, which is then used as
-    given. ``stream_chat_completion`` later streams inline or on a worker
-    thread as ``should_stream_inline`` decides for this platform.
+    Its ``http_client`` is built with ``http_client_for`` of the ``flavor``
+    named (``None``: the HTTP library the installed openai uses natively,
+    ``httpx2`` for openai 3.x, ``httpx`` before) from the same arguments (TLS
+    and connection settings among ``openai_kwargs`` go there), unless
+    ``openai_kwargs`` holds an ``http_client``, which is then used as given.
+    ``stream_chat_completion`` later streams inline or on a worker thread as
+    ``should_stream_inline`` decides for this platform.
     """
     import openai
 
     return _sdk_client(
         "openai_client_for",
         openai.OpenAI,
-        http_client_for,
-        _Choice(platform, api_mode, provider, policy, interrupt),
+        False,
+        _Choice(platform, api_mode, provider, policy, interrupt, flavor),
         openai_kwargs,
     )
 
@@ -254,21 +307,23 @@ def async_openai_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    flavor: FlavorName | None = None,
     **openai_kwargs: Any,
 ) -> openai.AsyncOpenAI:
     """An ``openai.AsyncOpenAI`` client for this kind of caller; as ``openai_client_for``.
 
-    Its ``http_client`` comes from ``async_http_client_for``. An async caller
-    always streams on its own event loop (``astream_chat_completion``); the
-    platform still picks the policy recorded for the client.
+    Its ``http_client`` comes from ``async_http_client_for`` of the flavor.
+    An async caller always streams on its own event loop
+    (``astream_chat_completion``); the platform still picks the policy
+    recorded for the client.
     """
     import openai
 
     return _sdk_client(
         "async_openai_client_for",
         openai.AsyncOpenAI,
-        async_http_client_for,
-        _Choice(platform, api_mode, provider, policy, interrupt),
+        True,
+        _Choice(platform, api_mode, provider, policy, interrupt, flavor),
         openai_kwargs,
     )
 
@@ -282,32 +337,41 @@ class _Choice:
     provider: str | None
     policy: StreamPolicy | None
     interrupt: Interrupt | None
+    flavor: object
 
 
 def _sdk_client(
     factory: str,
     sdk_class: Callable[..., _SDK],
-    http_factory: Callable[..., Any],
+    is_async: bool,
     choice: _Choice,
     openai_kwargs: dict[str, Any],
 ) -> _SDK:
+    clients = client_factory(choice.flavor)
     connection = {
         name: openai_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in openai_kwargs
     }
     http_client = openai_kwargs.pop("http_client", None)
     if http_client is None:
-        http_client = http_factory(
+        build = clients.async_ if is_async else clients.sync
+        http_client = build(
+            factory,
             choice.platform,
-            api_mode=choice.api_mode,
-            provider=choice.provider,
-            policy=choice.policy,
-            interrupt=choice.interrupt,
-            **connection,
+            choice.api_mode,
+            choice.provider,
+            choice.policy,
+            choice.interrupt,
+            connection,
         )
     elif connection:
         raise TypeError(
             f"{factory}() got {', '.join(sorted(connection))} together with"
             " an http_client: configure the http_client you pass instead"
+        )
+    elif choice.flavor is not None:
+        raise TypeError(
+            f"{factory}() got flavor={choice.flavor!r} together with an http_client:"
+            " the http_client's own library is used; drop one"
         )
     given = profile_of(http_client)
     policy, interrupt = choice.policy, choice.interrupt
@@ -315,7 +379,7 @@ def _sdk_client(
         policy = given.policy if given is not None else transport_policy(http_client)
     if interrupt is None and given is not None:
         interrupt = given.interrupt
-    openai_kwargs.setdefault("timeout", default_timeout(policy))
+    openai_kwargs.setdefault("timeout", default_timeout(policy, _flavor_of(http_client, clients)))
     client = sdk_class(http_client=http_client, **openai_kwargs)
     _profiles[client] = ClientProfile(
         inline=should_stream_inline(choice.platform, choice.api_mode, choice.provider),
@@ -325,9 +389,18 @@ def _sdk_client(
     return client
 
 
+def _flavor_of(http_client: object, fallback: ClientFactory) -> Flavor:
+    """The flavor whose client ``http_client`` is (its ``Timeout`` is the one it takes)."""
+    for clients in _client_factories.values():
+        http = clients.flavor.http
+        if isinstance(http_client, (http.Client, http.AsyncClient)):
+            return clients.flavor
+    return fallback.flavor
+
+
 def transport_policy(http_client: object) -> StreamPolicy:
     """The policy of the watchdog transport under ``http_client``, else the environment's."""
     transport = getattr(http_client, "_transport", None)
-    if isinstance(transport, (WatchdogTransport, AsyncWatchdogTransport)):
+    if isinstance(transport, Shell):
         return transport.policy
     return StreamPolicy.from_env()

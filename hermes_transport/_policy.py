@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from ._sse import MAX_EVENT_TYPE
 
 __all__ = ["StreamPolicy"]
 
 ENV_STALE_TIMEOUT = "HERMES_STREAM_STALE_TIMEOUT"
 ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 ENV_RETRIES = "HERMES_STREAM_RETRIES"
+ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 _OFF = "off"
+#: Anthropic's Messages API sends ``event: ping`` while a model is silent.
+DEFAULT_HEARTBEAT_EVENTS = frozenset({"ping"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +41,12 @@ class StreamPolicy:
     after its first event is never re-sent by the transport: the caller may
     have shown its content already.
 
+    ``heartbeat_events``: SSE event types (the ``event:`` field) that are
+    keepalives, not progress, even though they carry ``data``. The default,
+    ``{"ping"}``, is Anthropic's: a model that only pings has stalled. Give
+    any collection of names (stored as a frozenset); an empty one makes every
+    data event progress.
+
     Limits: the budgets are wall-clock seconds checked by one watcher thread,
     so a stall is reported a few milliseconds after its deadline, never before.
     DNS resolution cannot be interrupted and is not bounded by these budgets.
@@ -44,6 +55,7 @@ class StreamPolicy:
     stale_timeout: float | None = 180.0
     first_event_timeout: float | None = None
     retries: int = 2
+    heartbeat_events: frozenset[str] = field(default=DEFAULT_HEARTBEAT_EVENTS)
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -58,6 +70,7 @@ class StreamPolicy:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
         if self.retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
+        object.__setattr__(self, "heartbeat_events", _check_event_types(self.heartbeat_events))
 
     @property
     def first_event_budget(self) -> float | None:
@@ -79,7 +92,9 @@ class StreamPolicy:
 
         Reads ``HERMES_STREAM_STALE_TIMEOUT`` and
         ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off``) and
-        ``HERMES_STREAM_RETRIES`` (an int >= 0). Unset or empty variables keep
+        ``HERMES_STREAM_RETRIES`` (an int >= 0) and
+        ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names separated by
+        commas, or ``off`` for none). Unset or empty variables keep
         the defaults. ``environ`` defaults to ``os.environ``. A malformed value
         raises ``ValueError`` naming the variable.
         """
@@ -106,6 +121,16 @@ class StreamPolicy:
                 raise ValueError(f"{ENV_RETRIES} must be an integer >= 0, got {raw!r}") from None
             if values["retries"] < 0:
                 raise ValueError(f"{ENV_RETRIES} must be an integer >= 0, got {raw!r}")
+        raw = env.get(ENV_HEARTBEAT_EVENTS, "").strip()
+        if raw:
+            names = [] if raw.lower() == _OFF else [n.strip() for n in raw.split(",")]
+            try:
+                values["heartbeat_events"] = _check_event_types(names)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{ENV_HEARTBEAT_EVENTS} must be event type names separated by commas,"
+                    f" or 'off'; got {raw!r}: {exc}"
+                ) from None
         values.update(overrides)
         return replace(cls(), **values)
 
@@ -125,6 +150,26 @@ def _check_seconds(name: str, value: object) -> float | None:
     if math.isnan(value) or value <= 0:
         raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
     return float(value)
+
+
+def _check_event_types(value: object) -> frozenset[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Collection):
+        raise ValueError(
+            "heartbeat_events must be a collection of event type names"
+            f" (such as {{'ping'}}), got {value!r}"
+        )
+    for name in value:
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name.encode()) > MAX_EVENT_TYPE
+            or any(c in name for c in "\r\n")
+        ):
+            raise ValueError(
+                "heartbeat_events: each must be a str of 1 to"
+                f" {MAX_EVENT_TYPE} bytes without line breaks, got {name!r}"
+            )
+    return frozenset(value)
 
 
 def _env_seconds(env: Mapping[str, str], name: str, *, off: float | None) -> Any:

@@ -30,8 +30,8 @@ __all__ = ["SSEScanner"]
 _BOM = b"\xef\xbb\xbf"
 _DONE = b"[DONE]"
 # Longest heartbeat event type name that can be recognised, plus "event: ".
-_MAX_TYPE = 56
-_PREFIX = _MAX_TYPE + 8
+MAX_EVENT_TYPE = 56
+_PREFIX = MAX_EVENT_TYPE + 8
 # A run of events that are each exactly one data line (not [DONE]) and a blank
 # line, LF endings: the bulk of any LLM stream, counted without a Python loop.
 _PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
@@ -61,9 +61,9 @@ class SSEScanner:
 
     def __init__(self, heartbeat_events: Collection[str] = ()) -> None:
         for name in heartbeat_events:
-            if not name or len(name.encode()) > _MAX_TYPE:
+            if not name or len(name.encode()) > MAX_EVENT_TYPE:
                 raise ValueError(
-                    f"heartbeat_events: event type names must be 1 to {_MAX_TYPE} bytes,"
+                    f"heartbeat_events: event type names must be 1 to {MAX_EVENT_TYPE} bytes,"
                     f" got {name!r}"
                 )
         self._heartbeats = frozenset(name.encode() for name in heartbeat_events)

@@ -4,42 +4,48 @@ A thin shell: it wires the progress meter, the process-wide watchdog and the
 attempt's guard around an inner transport, with the decisions shared with the
 async transport in ``_exchange``. Requests and stream reads run on the
 caller's thread; the only other thread is the shared watchdog.
+
+``SyncWatchdog`` is the shell for any flavor (``_flavor``); the public
+classes only name their HTTP library: ``WatchdogTransport`` here, and its
+httpx2 twin in ``hermes_transport.httpx2``.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-import httpcore
 import httpx
 
-from ._backend import TrackingBackend, track_sockets
+from ._backend import TrackingBackend
 from ._exchange import (
     HOLD_LIMIT,
     Attempt,
     BodyWatch,
     Exchange,
-    Fired,
     Shell,
     rebuilt,
 )
+from ._flavor import HTTPX, concrete
 from ._guard import Guard, current_guard
 from ._interrupt import Interrupt, bound_interrupts
 from ._policy import StreamPolicy
 from ._progress import ProgressMeter
 from ._watchdog import watchdog
 
-__all__ = ["HOLD_LIMIT", "WatchdogTransport"]
+__all__ = ["HOLD_LIMIT", "SyncWatchdog", "WatchdogTransport"]
 
 
-class WatchedStream(BodyWatch, httpx.SyncByteStream):
-    """The response body, passed up byte for byte while its progress is watched."""
+class WatchedStream(BodyWatch):
+    """The response body, passed up byte for byte while its progress is watched.
+
+    Made a subclass of the flavor's ``SyncByteStream`` where it is built.
+    """
 
     def __init__(
         self,
-        inner: httpx.SyncByteStream,
+        inner: Any,
         guard: Guard,
         attempt: Attempt,
         meter: ProgressMeter | None,
@@ -64,7 +70,7 @@ class WatchedStream(BodyWatch, httpx.SyncByteStream):
                 self._saw(chunk)
                 yield chunk
             self._ended()
-        except (httpx.TransportError, OSError, Fired) as exc:
+        except self._attempt.dead as exc:
             # The body is dead: release everything now, on this thread, since a
             # caller's iter_raw() (for one) does not close a response that raised.
             self.close()
@@ -79,25 +85,96 @@ class WatchedStream(BodyWatch, httpx.SyncByteStream):
         # Disarm before the connection can go back to the pool (see _guard).
         self._release_guard()
         try:
-            self._chunks.close()  # type: ignore[attr-defined]
+            self._chunks.close()
         finally:
             self._inner.close()
 
     def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.
-        with contextlib.suppress(httpx.TransportError, OSError):
+        with contextlib.suppress(*self._attempt.dead):
             for chunk in self._chunks:
                 if not self._drained(chunk):
                     return
 
 
-def _track_sockets(inner: Any) -> bool:
-    return track_sockets(
-        inner, httpx.HTTPTransport, httpcore.ConnectionPool, TrackingBackend, "WatchdogTransport"
-    )
+class SyncInner(Protocol):
+    """What a sync shell needs of its inner transport."""
+
+    def handle_request(self, request: Any) -> Any: ...
+
+    def close(self) -> None: ...
 
 
-class WatchdogTransport(Shell[httpx.BaseTransport], httpx.BaseTransport):
+_SyncInner = TypeVar("_SyncInner", bound=SyncInner)
+
+
+class SyncWatchdog(Shell[_SyncInner]):
+    """The sync transport of any flavor; subclasses name their HTTP library."""
+
+    def _setup(
+        self,
+        inner: _SyncInner | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        http_transport_kwargs: dict[str, Any],
+    ) -> None:
+        flavor = self._flavor
+        self._configure(
+            inner,
+            policy,
+            interrupt,
+            http_transport_kwargs,
+            flavor.http.HTTPTransport,
+            flavor.core.ConnectionPool,
+            lambda backend: TrackingBackend(backend, flavor),
+        )
+
+    def _handle(self, request: Any) -> Any:
+        flavor = self._flavor
+        exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
+        while True:
+            guard, attempt = exchange.begin()
+            watchdog.arm(guard)
+            try:
+                response = self._send(request, guard, attempt, exchange)
+            except BaseException as exc:
+                guard.close()
+                error = exchange.failed(guard, attempt, exc)
+                if error is None:
+                    continue
+                if error is exc:
+                    raise
+                raise error from exc
+            exchange.succeeded()
+            return response
+
+    def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
+        guard.stage = "headers"
+        context = current_guard.set(guard)
+        try:
+            response = self._inner.handle_request(request)
+        finally:
+            current_guard.reset(context)
+        try:
+            meter = exchange.meter_for(response, guard, self._sockets_reachable)
+            body = concrete(WatchedStream, self._flavor.http.SyncByteStream)
+            stream = body(response.stream, guard, attempt, meter, self._policy.stale_budget)
+        except BaseException:
+            response.close()
+            raise
+        try:
+            if exchange.gated and meter is not None:
+                stream.await_first_event()
+        except BaseException:
+            stream.close()
+            raise
+        return rebuilt(response, stream)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class WatchdogTransport(SyncWatchdog[httpx.BaseTransport], httpx.BaseTransport):
     """An httpx transport that kills hung SSE streams and re-sends early stalls.
 
     ``inner`` is the transport that does the HTTP; by default an
@@ -122,6 +199,8 @@ class WatchdogTransport(Shell[httpx.BaseTransport], httpx.BaseTransport):
     response arrives, and a mid-stream stall when the next bytes arrive.
     """
 
+    _flavor = HTTPX
+
     def __init__(
         self,
         inner: httpx.BaseTransport | None = None,
@@ -130,53 +209,8 @@ class WatchdogTransport(Shell[httpx.BaseTransport], httpx.BaseTransport):
         interrupt: Interrupt | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._configure(
-            inner, policy, interrupt, http_transport_kwargs, httpx.HTTPTransport, _track_sockets
-        )
+        self._setup(inner, policy, interrupt, http_transport_kwargs)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        exchange = Exchange(request, self._policy, self._interrupt, bound_interrupts())
-        while True:
-            guard, attempt = exchange.begin()
-            watchdog.arm(guard)
-            try:
-                response = self._send(request, guard, attempt, exchange)
-            except BaseException as exc:
-                guard.close()
-                error = exchange.failed(guard, attempt, exc)
-                if error is None:
-                    continue
-                if error is exc:
-                    raise
-                raise error from exc
-            exchange.succeeded()
-            return response
-
-    def _send(
-        self, request: httpx.Request, guard: Guard, attempt: Attempt, exchange: Exchange
-    ) -> httpx.Response:
-        guard.stage = "headers"
-        context = current_guard.set(guard)
-        try:
-            response = self._inner.handle_request(request)
-        finally:
-            current_guard.reset(context)
-        try:
-            meter = exchange.meter_for(response, guard, self._sockets_reachable)
-            assert isinstance(response.stream, httpx.SyncByteStream)
-            stream = WatchedStream(
-                response.stream, guard, attempt, meter, self._policy.stale_budget
-            )
-        except BaseException:
-            response.close()
-            raise
-        try:
-            if exchange.gated and meter is not None:
-                stream.await_first_event()
-        except BaseException:
-            stream.close()
-            raise
-        return rebuilt(response, stream)
-
-    def close(self) -> None:
-        self._inner.close()
+        response: httpx.Response = self._handle(request)
+        return response

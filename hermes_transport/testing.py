@@ -3,7 +3,9 @@
 :class:`FaultServer` answers ``POST /v1/chat/completions`` on 127.0.0.1 from background
 threads, shaping each response after a :class:`Scenario`: healthy, silent before the status
 line, silent mid-stream, only SSE keep-alive comments, cut off, trickled a byte at a time,
-or an error status. Every request is recorded as a :class:`RecordedRequest`::
+or an error status. It answers Anthropic's ``POST /v1/messages`` too, in that API's
+event format, with ``event: ping`` as its keepalive (``comment_interval``) instead of a
+comment. Every request is recorded as a :class:`RecordedRequest`::
 
     import openai
     from hermes_transport.testing import FaultServer, Scenario
@@ -56,8 +58,17 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from ._messages_wire import (
+    MESSAGES_PATH,
+    messages_completion,
+    messages_error,
+    messages_events,
+    ping,
+)
+
 __all__ = [
     "CHAT_COMPLETIONS_PATH",
+    "MESSAGES_PATH",
     "TOOL_CALL_ARGUMENTS",
     "TOOL_CALL_NAME",
     "FaultServer",
@@ -66,6 +77,7 @@ __all__ = [
 ]
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+_CHAT_PATHS = (CHAT_COMPLETIONS_PATH, MESSAGES_PATH)
 #: Function name of the tool call sent when ``Scenario.tool_call`` is set.
 TOOL_CALL_NAME = "get_weather"
 #: JSON arguments of that tool call; streams split them into 8-character pieces.
@@ -85,7 +97,8 @@ class RecordedRequest:
     ``headers`` has lower-cased names; ``json`` is the parsed body (None if empty or not
     JSON); ``stream`` is the body's ``"stream"`` if it is a bool; ``time`` is
     :func:`time.monotonic` once the request head was read; ``attempt`` is the 0-based index
-    among chat-completion requests since the server started (-1 for any other request).
+    among chat-completion and messages requests since the server started (-1 for any
+    other request).
     """
 
     method: str
@@ -380,9 +393,7 @@ class FaultServer:
         for name, value in handler.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        is_chat = (
-            handler.command == "POST" and urlsplit(handler.path).path == CHAT_COMPLETIONS_PATH
-        )
+        is_chat = handler.command == "POST" and urlsplit(handler.path).path in _CHAT_PATHS
         with self._recorded:
             attempt = self._attempts if is_chat else -1
             self._attempts += is_chat
@@ -530,7 +541,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not request.stream and scenario.json_delay and stopping.wait(scenario.json_delay):
             raise _Abort
         n = next(self.server.fault._ids)
-        if scenario.status != 200:
+        if urlsplit(request.path).path == MESSAGES_PATH:
+            self._messages(scenario, request, n)
+        elif scenario.status != 200:
             kind = "server_error" if scenario.status >= 500 else "invalid_request_error"
             self._send_json(scenario.status, _error_json(scenario.message, kind), scenario)
         elif not request.stream:
@@ -538,7 +551,19 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._stream(scenario, _stream_events(scenario, request, n))
 
-    def _stream(self, scenario: Scenario, events: list[bytes]) -> None:
+    def _messages(self, scenario: Scenario, request: RecordedRequest, n: int) -> None:
+        if scenario.status != 200:
+            self._send_json(
+                scenario.status, messages_error(scenario.status, scenario.message), scenario
+            )
+        elif not request.stream:
+            self._send_json(200, messages_completion(scenario, request, n), scenario)
+        else:
+            self._stream(scenario, messages_events(scenario, request, n), ping(scenario.crlf))
+
+    def _stream(
+        self, scenario: Scenario, events: list[bytes], keepalive: bytes | None = None
+    ) -> None:
         stopping = self.server.fault._stopping
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -560,15 +585,21 @@ class _Handler(BaseHTTPRequestHandler):
         if scenario.truncate_after_events is not None:
             raise _Abort  # no terminating chunk: the client must see a protocol error
         if scenario.stall_after_events is not None:
-            self._hold(scenario, body)
+            self._hold(scenario, body, keepalive)
         if scenario.linger_after_done and stopping.wait(scenario.linger_after_done):
             raise _Abort
         body.finish()
 
-    def _hold(self, scenario: Scenario, body: _Body | None) -> None:
-        """Stall for at most ``scenario.hold`` seconds, then hang up (always raises)."""
+    def _hold(
+        self, scenario: Scenario, body: _Body | None, keepalive: bytes | None = None
+    ) -> None:
+        """Stall for at most ``scenario.hold`` seconds, then hang up (always raises).
+
+        With a ``comment_interval``, ``keepalive`` (default: a ``: keepalive`` comment)
+        is sent that often meanwhile.
+        """
         stopping = self.server.fault._stopping
-        comment = b": keepalive" + (b"\r\n\r\n" if scenario.crlf else b"\n\n")
+        comment = keepalive or b": keepalive" + (b"\r\n\r\n" if scenario.crlf else b"\n\n")
         interval = scenario.comment_interval if body is not None else None
         deadline = time.monotonic() + scenario.hold
         while (remaining := deadline - time.monotonic()) > 0:

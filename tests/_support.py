@@ -9,12 +9,15 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import openai
 
-from hermes_transport import Interrupt, StreamInterrupted
+import hermes_transport
+from hermes_transport import Interrupt, StreamInterrupted, StreamStalled
 
 # One of each setting the factories must hand to the inner transport.
 CONNECTION_SETTINGS: list[dict[str, Any]] = [
@@ -33,6 +36,48 @@ PROMPT = 1.0
 
 # Builds an httpx.Client over a WatchdogTransport: see the watchdog_client fixture.
 ClientFactory = Callable[..., httpx.Client]
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One HTTP library the transports run on, as the tests see it.
+
+    ``http`` is the library (``httpx`` or ``httpx2``); the rest are
+    hermes-transport's classes and factories for it.
+    """
+
+    name: str
+    http: Any
+    WatchdogTransport: Any
+    AsyncWatchdogTransport: Any
+    http_client_for: Callable[..., Any]
+    async_http_client_for: Callable[..., Any]
+    StreamStalled: type[StreamStalled]
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def load_flavor(name: str) -> Flavor:
+    """The tests' view of flavor ``name``."""
+    http = importlib.import_module(name)
+    ours = hermes_transport if name == "httpx" else importlib.import_module("hermes_transport.httpx2")
+    return Flavor(
+        name,
+        http,
+        ours.WatchdogTransport,
+        ours.AsyncWatchdogTransport,
+        ours.http_client_for,
+        ours.async_http_client_for,
+        ours.StreamStalled,
+    )
+
+
+#: Every flavor: the behavioural tests of the transports run on each.
+FLAVORS = ("httpx", "httpx2")
+#: The flavors the installed openai SDK accepts an http_client of (httpx2 from 3.x).
+OPENAI_MAJOR = int(openai.__version__.split(".")[0])
+SDK_FLAVORS = FLAVORS if OPENAI_MAJOR >= 3 else ("httpx",)
 
 
 def chat_body(stream: bool = True, **extra: Any) -> dict[str, Any]:

@@ -5,14 +5,13 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import trustme
 
-from hermes_transport import StreamPolicy, WatchdogTransport
+from hermes_transport import StreamPolicy
 from hermes_transport.testing import FaultServer
 
-from _support import ClientFactory, Endpoint
+from _support import FLAVORS, SDK_FLAVORS, ClientFactory, Endpoint, Flavor, load_flavor
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +32,18 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Every async test runs on asyncio and on trio."""
     backend: str = request.param
     return backend
+
+
+@pytest.fixture(params=FLAVORS)
+def flavor(request: pytest.FixtureRequest) -> Flavor:
+    """Behavioural tests run on each HTTP library: httpx and httpx2."""
+    return load_flavor(request.param)
+
+
+@pytest.fixture(params=SDK_FLAVORS)
+def sdk_flavor(request: pytest.FixtureRequest) -> Flavor:
+    """SDK tests run on each HTTP library the installed openai accepts."""
+    return load_flavor(request.param)
 
 
 @pytest.fixture(scope="session")
@@ -66,22 +77,22 @@ def server() -> Iterator[FaultServer]:
 
 
 @pytest.fixture
-def watchdog_client() -> Iterator[ClientFactory]:
-    """Build httpx clients over a WatchdogTransport; all are closed after the test."""
-    clients: list[httpx.Client] = []
+def watchdog_client(flavor: Flavor) -> Iterator[ClientFactory]:
+    """Build clients of the flavor over its WatchdogTransport; all are closed after the test."""
+    clients: list[Any] = []
 
     def build(
         *,
         stale: float | None = 1.0,
         first: float | None = None,
         retries: int = 0,
-        inner: httpx.BaseTransport | None = None,
+        inner: Any = None,
         timeout: float = 30.0,
         **transport_kwargs: Any,
-    ) -> httpx.Client:
+    ) -> Any:
         policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first, retries=retries)
-        transport = WatchdogTransport(inner, policy=policy, **transport_kwargs)
-        client = httpx.Client(transport=transport, timeout=timeout)
+        transport = flavor.WatchdogTransport(inner, policy=policy, **transport_kwargs)
+        client = flavor.http.Client(transport=transport, timeout=timeout)
         clients.append(client)
         return client
 

@@ -30,7 +30,7 @@ from hermes_transport import (
     openai_client_for,
     stream_chat_completion,
 )
-from hermes_transport._factory import SDK_LIMITS, profile_of
+from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
 from hermes_transport._loop_watchdog import loop_watchdog
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
@@ -900,8 +900,8 @@ async def test_sdk_defaults_where_nothing_is_given() -> None:
     """Without settings, the async factory client has the SDK's limits and follows redirects."""
     async with async_http_client_for("cli") as client:
         pool = _watchdog(client).inner._pool  # type: ignore[attr-defined]
-        assert pool._max_connections == SDK_LIMITS.max_connections
-        assert pool._max_keepalive_connections == SDK_LIMITS.max_keepalive_connections
+        assert pool._max_connections == SDK_MAX_CONNECTIONS
+        assert pool._max_keepalive_connections == SDK_MAX_KEEPALIVE
         assert client.follow_redirects is True
 
 

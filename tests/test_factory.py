@@ -16,7 +16,7 @@ from hermes_transport import (
     http_client_for,
     openai_client_for,
 )
-from hermes_transport._factory import SDK_LIMITS, profile_of
+from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import CONNECTION_SETTINGS, chat_body
@@ -161,8 +161,8 @@ def test_sdk_defaults_where_nothing_is_given() -> None:
     """Without settings, the factory client has the SDK's limits and follows redirects."""
     with http_client_for("cli") as client:
         pool = _transport(client).inner._pool  # type: ignore[attr-defined]
-        assert pool._max_connections == SDK_LIMITS.max_connections
-        assert pool._max_keepalive_connections == SDK_LIMITS.max_keepalive_connections
+        assert pool._max_connections == SDK_MAX_CONNECTIONS
+        assert pool._max_keepalive_connections == SDK_MAX_KEEPALIVE
         assert client.follow_redirects is True
 
 

@@ -1,0 +1,112 @@
+"""The HTTP libraries the transports run on: httpx, and httpx2 (openai 3.x's own).
+
+httpx2/httpcore2 are a fork of httpx/httpcore with the same transport API
+and the same shapes, but classes of their own: an httpx2 client asserts that
+a response body is an ``httpx2.SyncByteStream``, and maps only httpcore2's
+exceptions. A ``Flavor`` names one library's modules and the few things that
+differ; the shells look every library name up through it, so the logic
+exists once. The pure parts (scanner, watchdog, guard) never see a flavor.
+
+This is the only module that knows how to find the flavors; httpx2 is
+optional and imported only when its flavor is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Literal, TypeVar
+
+import httpcore
+import httpx
+
+from ._errors import StreamStalled
+
+__all__ = ["HTTPX", "Flavor", "FlavorName", "concrete", "flavor_named", "native_flavor"]
+
+FlavorName = Literal["httpx", "httpx2"]
+FLAVOR_NAMES: tuple[FlavorName, ...] = ("httpx", "httpx2")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, eq=False)
+class Flavor:
+    """One HTTP library: its modules and the classes that differ between libraries.
+
+    ``http`` is the httpx-like module (``httpx`` or ``httpx2``), ``core`` the
+    httpcore-like one. ``stalled`` is the ``StreamStalled`` raised on this
+    flavor: a subclass of its ``ReadTimeout`` and ``RemoteProtocolError``.
+    ``sync_stream`` is the core's own sync network stream class, which the
+    guarded connect and TLS handshake build (``None``: not found, so those
+    two are left to the core). ``environment_proxies`` reads proxy variables
+    as the library itself would (``None``: not found).
+    """
+
+    name: FlavorName
+    http: Any
+    core: Any
+    stalled: type[StreamStalled]
+    sync_stream: type[Any] | None
+    environment_proxies: Callable[[], Mapping[str, str | None]] | None
+
+    @classmethod
+    def of(
+        cls, name: FlavorName, http: ModuleType, core: ModuleType, stalled: type[StreamStalled]
+    ) -> Flavor:
+        """A flavor from its two modules, with the private helpers looked up leniently."""
+        sync_backends = getattr(getattr(core, "_backends", None), "sync", None)
+        http_utils = getattr(http, "_utils", None)
+        return cls(
+            name=name,
+            http=http,
+            core=core,
+            stalled=stalled,
+            sync_stream=getattr(sync_backends, "SyncStream", None),
+            environment_proxies=getattr(http_utils, "get_environment_proxies", None),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Flavor {self.name}>"
+
+
+# The submodules `Flavor.of` looks in are not imported by the packages themselves.
+import httpcore._backends.sync  # noqa: E402
+import httpx._utils  # noqa: E402
+
+HTTPX = Flavor.of("httpx", httpx, httpcore, StreamStalled)
+
+
+def flavor_named(name: object) -> Flavor:
+    """The flavor called ``name``; httpx2's needs httpx2 installed (a clear ImportError if not)."""
+    if name == "httpx":
+        return HTTPX
+    if name == "httpx2":
+        from .httpx2 import FLAVOR
+
+        return FLAVOR
+    raise ValueError(
+        f"flavor must be one of {', '.join(map(repr, FLAVOR_NAMES))} or None, got {name!r}"
+    )
+
+
+def native_flavor() -> FlavorName:
+    """The HTTP library the installed openai SDK builds its own clients on.
+
+    openai 3.x builds ``httpx2`` clients (a plain ``httpx.Client`` is its
+    legacy path); earlier majors build ``httpx`` ones.
+    """
+    import openai
+
+    native = getattr(openai, "DefaultHttpxClient", None)
+    if isinstance(native, type) and issubclass(native, httpx.Client):
+        return "httpx"
+    return "httpx2"
+
+
+@functools.cache
+def concrete(mixin: type[_T], base: type[Any]) -> type[_T]:
+    """``mixin`` also made a ``base``: a flavor's own class that its client checks for."""
+    attrs = {"__module__": mixin.__module__, "__qualname__": mixin.__qualname__, "__slots__": ()}
+    return type(mixin.__name__, (mixin, base), attrs)
