@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TextIO
+from typing import Any, TextIO
 
-import httpx
 import openai
 
 from ._errors import StreamInterrupted, StreamStalled
+from ._factory import client_factory
 from ._policy import StreamPolicy
-from ._transport import WatchdogTransport
 from .testing import FaultServer, Scenario
 
 __all__ = ["run_demo"]
@@ -43,7 +42,7 @@ CASES = (
 )
 
 
-def _outcome(exc: BaseException) -> str:
+def _outcome(exc: BaseException, http: Any) -> str:
     """Name what the caller got, looking through the SDK's wrappers to the first cause."""
     cause: BaseException | None = exc
     name = type(exc).__name__
@@ -52,13 +51,13 @@ def _outcome(exc: BaseException) -> str:
             return FIRST_EVENT if cause.stage == "first_event" else MID_STREAM
         if isinstance(cause, StreamInterrupted):
             return "StreamInterrupted"
-        if isinstance(cause, httpx.TransportError):
+        if isinstance(cause, http.TransportError):
             name = type(cause).__name__
         cause = cause.__cause__
     return name
 
 
-def _run(client: openai.OpenAI) -> tuple[str, str]:
+def _run(client: openai.OpenAI, http: Any) -> tuple[str, str]:
     """Stream one completion; return (outcome, what to print)."""
     text = []
     try:
@@ -69,7 +68,7 @@ def _run(client: openai.OpenAI) -> tuple[str, str]:
             if chunk.choices and chunk.choices[0].delta.content:
                 text.append(chunk.choices[0].delta.content)
     except Exception as exc:  # the demo reports whatever the caller would get
-        outcome = _outcome(exc)
+        outcome = _outcome(exc, http)
         told = outcome
         if isinstance(exc.__cause__, StreamStalled) and exc.__cause__.attempts > 1:
             told += f", {exc.__cause__.attempts} attempts"
@@ -79,37 +78,42 @@ def _run(client: openai.OpenAI) -> tuple[str, str]:
     return "ok", f"ok {''.join(text)!r}"
 
 
-def _stream_once(http_client: httpx.Client, scenario: Scenario) -> tuple[str, str, float]:
+def _stream_once(http_client: Any, http: Any, scenario: Scenario) -> tuple[str, str, float]:
     # A fresh server per run, so "stalls once" stalls each client's first request.
     with FaultServer(replace(scenario, hold=HOLD)) as server:
         client = openai.OpenAI(
             base_url=server.base_url, api_key="demo", http_client=http_client, max_retries=0
         )
         started = time.monotonic()
-        outcome, told = _run(client)
+        outcome, told = _run(client, http)
         return outcome, told, time.monotonic() - started
 
 
 def run_demo(out: TextIO) -> int:
-    """Run every case, print one line each; 0 if every watchdog outcome is the expected one."""
+    """Run every case, print one line each; 0 if every watchdog outcome is the expected one.
+
+    Both clients are of the HTTP library the installed openai uses natively.
+    """
+    clients = client_factory(None)
+    http = clients.flavor.http
     policy = StreamPolicy(stale_timeout=BUDGET, first_event_timeout=BUDGET, retries=1)
     demo_started = time.monotonic()
     failures = 0
     out.write(
         f"hermes-transport demo: the openai SDK (max_retries=0) on an embedded fault server.\n"
         f"WatchdogTransport: {BUDGET:g} s budgets, 1 re-send before the first event."
-        f" Plain httpx: a {PLAIN_TIMEOUT:g} s read timeout. The server hangs up a stall"
+        f" Plain {http.__name__}: a {PLAIN_TIMEOUT:g} s read timeout. The server hangs up a stall"
         f" after {HOLD:g} s.\n\n"
     )
-    out.write(f"{'scenario':<31} {'WatchdogTransport':<58} plain httpx.Client\n")
-    watched = httpx.Client(transport=WatchdogTransport(policy=policy))
-    plain = httpx.Client(timeout=PLAIN_TIMEOUT)
+    out.write(f"{'scenario':<31} {'WatchdogTransport':<58} plain {http.__name__}.Client\n")
+    watched = http.Client(transport=clients.sync_transport(policy=policy))
+    plain = http.Client(timeout=PLAIN_TIMEOUT)
     try:
         for http_client in (watched, plain):  # warm the SDK up so timings are comparable
-            _stream_once(http_client, Scenario.healthy())
+            _stream_once(http_client, http, Scenario.healthy())
         for case in CASES:
-            outcome, told, took = _stream_once(watched, case.scenario)
-            _, plain_told, plain_took = _stream_once(plain, case.scenario)
+            outcome, told, took = _stream_once(watched, http, case.scenario)
+            _, plain_told, plain_took = _stream_once(plain, http, case.scenario)
             if plain_took >= HOLD - 0.05:
                 plain_told = f"hung until the server hung up: {plain_told}"
             ok = outcome == case.expected

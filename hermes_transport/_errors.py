@@ -8,15 +8,21 @@ code written for plain httpx::
     ├── httpx.TransportError
     │   ├── httpx.TimeoutException
     │   │   └── httpx.ReadTimeout ──────┐
-    │   └── httpx.ProtocolError         ├── StreamStalled
-    │       └── httpx.RemoteProtocolError ┘
+    │   └── httpx.ProtocolError         ├── StreamStalled ──────────────┐
+    │       └── httpx.RemoteProtocolError ┘                             │
+    ├── httpx2.TransportError                                            ├── httpx2.StreamStalled
+    │   ├── ... httpx2.ReadTimeout ─────────────────────────────────────┤   (hermes_transport.httpx2)
+    │   └── ... httpx2.RemoteProtocolError ─────────────────────────────┘
     └── OSError
         └── InterruptedError
-            └── StreamInterrupted
+            └── StreamInterrupted         (one class for both flavors)
 
 ``StreamStalled`` is both a ``ReadTimeout`` (it is a timeout: no progress within
 a budget) and a ``RemoteProtocolError`` (the connection was cut mid-message), so
-callers that catch either keep working.
+callers that catch either keep working. On the httpx2 flavor the stall is
+``hermes_transport.httpx2.StreamStalled``: the same for httpx2's classes, and a
+subclass of this ``StreamStalled``, so one ``except StreamStalled`` (or ``except
+httpx.RemoteProtocolError``) catches a stall whichever library carried it.
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ class ClientFactory:
 
     def __init__(self, flavor: Flavor, sync_transport: type[Any], async_transport: type[Any]):
         self.flavor = flavor
-        self._transports = {False: sync_transport, True: async_transport}
+        self.sync_transport = sync_transport
+        self.async_transport = async_transport
         _client_factories[flavor.name] = self
 
     def sync(
@@ -163,7 +164,7 @@ class ClientFactory:
         )
         if "trust_env" in transport_kwargs:
             client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
-        transport_class = self._transports[is_async]
+        transport_class = self.async_transport if is_async else self.sync_transport
         transport = transport_class(policy=policy, interrupt=interrupt, **transport_kwargs)
         client_kwargs.setdefault("timeout", default_timeout(policy, self.flavor))
         client_kwargs.setdefault("follow_redirects", True)

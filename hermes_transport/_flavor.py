@@ -83,9 +83,9 @@ def flavor_named(name: object) -> Flavor:
     if name == "httpx":
         return HTTPX
     if name == "httpx2":
-        from .httpx2 import FLAVOR
+        from .httpx2 import _FLAVOR
 
-        return FLAVOR
+        return _FLAVOR
     raise ValueError(
         f"flavor must be one of {', '.join(map(repr, FLAVOR_NAMES))} or None, got {name!r}"
     )

@@ -33,16 +33,10 @@ except ImportError as exc:  # pragma: no cover - exercised in an environment wit
         " install it with: pip install 'hermes-transport[httpx2]'"
     ) from exc
 
-from . import _errors
-from ._async_transport import AsyncWatchdog
-from ._factory import ClientFactory
-from ._flavor import Flavor
-from ._interrupt import Interrupt
-from ._policy import StreamPolicy
-from ._transport import SyncWatchdog
+# Modules, not names: this module's namespace is its public face.
+from . import _async_transport, _errors, _factory, _flavor, _interrupt, _policy, _transport
 
 __all__ = [
-    "FLAVOR",
     "AsyncWatchdogTransport",
     "StreamStalled",
     "WatchdogTransport",
@@ -63,25 +57,25 @@ class StreamStalled(  # type: ignore[misc]
     """
 
 
-#: The httpx2 flavor: what the shared shells look up instead of httpx's names.
-FLAVOR = Flavor.of("httpx2", httpx2, httpcore2, StreamStalled)
+# The httpx2 flavor: what the shared shells look up instead of httpx's names.
+_FLAVOR = _flavor.Flavor.of("httpx2", httpx2, httpcore2, StreamStalled)
 
 
-class WatchdogTransport(SyncWatchdog[httpx2.BaseTransport], httpx2.BaseTransport):
+class WatchdogTransport(_transport.SyncWatchdog[httpx2.BaseTransport], httpx2.BaseTransport):
     """``hermes_transport.WatchdogTransport`` on httpx2: same arguments, policy and errors.
 
     ``inner`` defaults to an ``httpx2.HTTPTransport`` built from
     ``http_transport_kwargs``.
     """
 
-    _flavor = FLAVOR
+    _flavor = _FLAVOR
 
     def __init__(
         self,
         inner: httpx2.BaseTransport | None = None,
         *,
-        policy: StreamPolicy | None = None,
-        interrupt: Interrupt | None = None,
+        policy: _policy.StreamPolicy | None = None,
+        interrupt: _interrupt.Interrupt | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
         self._setup(inner, policy, interrupt, http_transport_kwargs)
@@ -91,21 +85,23 @@ class WatchdogTransport(SyncWatchdog[httpx2.BaseTransport], httpx2.BaseTransport
         return response
 
 
-class AsyncWatchdogTransport(AsyncWatchdog[httpx2.AsyncBaseTransport], httpx2.AsyncBaseTransport):
+class AsyncWatchdogTransport(
+    _async_transport.AsyncWatchdog[httpx2.AsyncBaseTransport], httpx2.AsyncBaseTransport
+):
     """``hermes_transport.AsyncWatchdogTransport`` on httpx2: same arguments, policy and errors.
 
     ``inner`` defaults to an ``httpx2.AsyncHTTPTransport`` built from
     ``http_transport_kwargs``.
     """
 
-    _flavor = FLAVOR
+    _flavor = _FLAVOR
 
     def __init__(
         self,
         inner: httpx2.AsyncBaseTransport | None = None,
         *,
-        policy: StreamPolicy | None = None,
-        interrupt: Interrupt | None = None,
+        policy: _policy.StreamPolicy | None = None,
+        interrupt: _interrupt.Interrupt | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
         self._setup(inner, policy, interrupt, http_transport_kwargs)
@@ -115,7 +111,7 @@ class AsyncWatchdogTransport(AsyncWatchdog[httpx2.AsyncBaseTransport], httpx2.As
         return response
 
 
-_clients = ClientFactory(FLAVOR, WatchdogTransport, AsyncWatchdogTransport)
+_clients = _factory.ClientFactory(_FLAVOR, WatchdogTransport, AsyncWatchdogTransport)
 
 
 def http_client_for(
@@ -123,8 +119,8 @@ def http_client_for(
     *,
     api_mode: str = "chat_completions",
     provider: str | None = None,
-    policy: StreamPolicy | None = None,
-    interrupt: Interrupt | None = None,
+    policy: _policy.StreamPolicy | None = None,
+    interrupt: _interrupt.Interrupt | None = None,
     **httpx_client_kwargs: Any,
 ) -> httpx2.Client:
     """An ``httpx2.Client`` over this flavor's ``WatchdogTransport``; as
@@ -140,8 +136,8 @@ def async_http_client_for(
     *,
     api_mode: str = "chat_completions",
     provider: str | None = None,
-    policy: StreamPolicy | None = None,
-    interrupt: Interrupt | None = None,
+    policy: _policy.StreamPolicy | None = None,
+    interrupt: _interrupt.Interrupt | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` over this flavor's ``AsyncWatchdogTransport``; as

@@ -1,9 +1,10 @@
-"""AsyncWatchdogTransport: the sync transport's guarantees on asyncio and trio, with no thread."""
+"""AsyncWatchdogTransport: the sync transport's guarantees on asyncio and trio, on httpx and httpx2, with no thread."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import ssl
@@ -15,13 +16,11 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from test_transport import _gunzip, _normalised
 
 import hermes_transport._loop_watchdog as loop_watchdog_module
 from hermes_transport import (
-    AsyncWatchdogTransport,
     Interrupt,
     StreamInterrupted,
     StreamPolicy,
@@ -34,6 +33,7 @@ from hermes_transport.testing import FaultServer, Scenario
 from _support import (
     PROMPT,
     Endpoint,
+    Flavor,
     assert_prompt,
     black_hole,
     chat_body,
@@ -49,20 +49,32 @@ LATE = 1.0
 
 
 def _client(
+    flavor: Flavor,
     *,
     stale: float | None = STALE,
     first: float | None = None,
     retries: int = 0,
-    inner: httpx.AsyncBaseTransport | None = None,
+    inner: Any = None,
     token: Interrupt | None = None,
     **transport_kwargs: Any,
-) -> httpx.AsyncClient:
+) -> Any:
+    """An AsyncClient of the flavor over its AsyncWatchdogTransport."""
     policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first, retries=retries)
-    transport = AsyncWatchdogTransport(inner, policy=policy, interrupt=token, **transport_kwargs)
-    return httpx.AsyncClient(transport=transport, timeout=30.0)
+    transport = flavor.AsyncWatchdogTransport(
+        inner, policy=policy, interrupt=token, **transport_kwargs
+    )
+    return flavor.http.AsyncClient(transport=transport, timeout=30.0)
 
 
-async def _read_all(client: httpx.AsyncClient, url: str, **body: Any) -> bytes:
+def _assert_flavor_stall(flavor: Flavor, stall: StreamStalled) -> None:
+    """The stall is the flavor's own StreamStalled, in the flavor's httpx error hierarchy."""
+    assert type(stall) is flavor.StreamStalled
+    assert isinstance(stall, StreamStalled)
+    assert isinstance(stall, flavor.http.ReadTimeout)
+    assert isinstance(stall, flavor.http.RemoteProtocolError)
+
+
+async def _read_all(client: Any, url: str, **body: Any) -> bytes:
     async with client.stream("POST", url + "/chat/completions", json=chat_body(**body)) as r:
         return b"".join([chunk async for chunk in r.aiter_raw()])
 
@@ -77,10 +89,12 @@ def _assert_nothing_armed() -> None:
 
 
 @pytest.mark.parametrize("gzip", [False, True])
-async def test_a_healthy_stream_passes_byte_for_byte(server: FaultServer, gzip: bool) -> None:
+async def test_a_healthy_stream_passes_byte_for_byte(
+    flavor: Flavor, server: FaultServer, gzip: bool
+) -> None:
     """A healthy stream reaches the caller exactly as a plain transport delivers it."""
     server.scenario = Scenario.healthy(gzip=gzip)
-    async with _client() as watched, httpx.AsyncClient() as plain:
+    async with _client(flavor) as watched, flavor.http.AsyncClient() as plain:
         expected = await _read_all(plain, server.base_url)
         got = await _read_all(watched, server.base_url)
     if gzip:
@@ -102,11 +116,11 @@ async def test_a_healthy_stream_passes_byte_for_byte(server: FaultServer, gzip: 
     ids=["silent", "comments", "gzip-comments", "crlf-comments"],
 )
 async def test_a_stream_with_no_progress_is_cut_on_time(
-    server: FaultServer, scenario: Scenario
+    flavor: Flavor, server: FaultServer, scenario: Scenario
 ) -> None:
     """Silence or keepalives after the first events raise StreamStalled after the stale budget."""
     server.scenario = scenario
-    async with _client() as client:
+    async with _client(flavor) as client:
         async with client.stream(
             "POST", server.base_url + "/chat/completions", json=chat_body()
         ) as response:
@@ -122,15 +136,16 @@ async def test_a_stream_with_no_progress_is_cut_on_time(
             late = time.monotonic() - last[0]
     assert STALE <= late < STALE + LATE
     assert info.value.stage == "mid_stream"
-    assert isinstance(info.value, httpx.ReadTimeout)
-    assert isinstance(info.value, httpx.RemoteProtocolError)
+    _assert_flavor_stall(flavor, info.value)
     _assert_nothing_armed()
 
 
-async def test_a_stall_before_the_first_event_is_re_sent(server: FaultServer) -> None:
+async def test_a_stall_before_the_first_event_is_re_sent(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """A stream silent before its first event is sent again and then succeeds."""
     server.scenario = Scenario.stall_first(1)
-    async with _client(first=0.3, retries=1) as client:
+    async with _client(flavor, first=0.3, retries=1) as client:
         body = await _read_all(client, server.base_url)
     assert b"[DONE]" in body
     assert [r.attempt for r in server.requests] == [0, 1]
@@ -142,33 +157,36 @@ async def test_a_stall_before_the_first_event_is_re_sent(server: FaultServer) ->
     ids=["no-headers", "comments-only"],
 )
 async def test_early_stalls_raise_once_the_re_sends_are_spent(
-    server: FaultServer, scenario: Scenario
+    flavor: Flavor, server: FaultServer, scenario: Scenario
 ) -> None:
     """With retries=2, three attempts each get the first-event budget, then StreamStalled."""
     server.scenario = scenario
     started = time.monotonic()
-    async with _client(first=0.3, retries=2) as client:
+    async with _client(flavor, first=0.3, retries=2) as client:
         with pytest.raises(StreamStalled) as info:
             await _read_all(client, server.base_url)
     elapsed = time.monotonic() - started
     assert 3 * 0.3 <= elapsed < 3 * 0.3 + 3 * LATE
     assert info.value.stage == "first_event"
     assert info.value.attempts == 3
+    _assert_flavor_stall(flavor, info.value)
     assert len(server.requests) == 3
     _assert_nothing_armed()
 
 
-async def test_a_non_streaming_request_is_never_gated_or_cut(server: FaultServer) -> None:
+async def test_a_non_streaming_request_is_never_gated_or_cut(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """A plain JSON request slower than the budgets completes: only event streams are watched."""
     server.scenario = replace(Scenario.healthy(), json_delay=0.6)
-    async with _client(stale=0.2, first=0.2) as client:
+    async with _client(flavor, stale=0.2, first=0.2) as client:
         response = await client.post(
             server.base_url + "/chat/completions", json=chat_body(stream=False)
         )
     assert response.json()["choices"][0]["message"]["content"] == "hello world"
 
 
-class _Body(httpx.AsyncByteStream):
+class _Parts:
     """An async body: chunks, and floats meaning 'sleep this long'."""
 
     def __init__(self, parts: list[bytes | float]) -> None:
@@ -182,14 +200,24 @@ class _Body(httpx.AsyncByteStream):
                 yield part
 
 
-def _mock(parts: list[bytes | float], headers_delay: float = 0.0) -> httpx.MockTransport:
-    async def handler(request: httpx.Request) -> httpx.Response:
+@functools.cache
+def _body_type(http: Any) -> type[_Parts]:
+    """_Parts made the flavor's AsyncByteStream: a client accepts only its own library's."""
+    return type("_Body", (_Parts, http.AsyncByteStream), {})
+
+
+def _body(flavor: Flavor, parts: list[bytes | float]) -> _Parts:
+    return _body_type(flavor.http)(parts)
+
+
+def _mock(flavor: Flavor, parts: list[bytes | float], headers_delay: float = 0.0) -> Any:
+    async def handler(request: Any) -> Any:
         await anyio.sleep(headers_delay)
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, stream=_Body(parts)
+        return flavor.http.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_body(flavor, parts)
         )
 
-    return httpx.MockTransport(handler)
+    return flavor.http.MockTransport(handler)
 
 
 @pytest.mark.parametrize(
@@ -198,33 +226,34 @@ def _mock(parts: list[bytes | float], headers_delay: float = 0.0) -> httpx.MockT
     ids=["no-headers", "comment-then-silence"],
 )
 async def test_without_a_socket_an_early_stall_cancels_the_request(
-    parts: list[bytes | float], headers_delay: float
+    flavor: Flavor, parts: list[bytes | float], headers_delay: float
 ) -> None:
     """A socketless inner transport stalled before the first event is cancelled on budget."""
     started = time.monotonic()
-    async with _client(first=0.3, inner=_mock(parts, headers_delay)) as client:
+    async with _client(flavor, first=0.3, inner=_mock(flavor, parts, headers_delay)) as client:
         with pytest.raises(StreamStalled) as info:
             await _read_all(client, "http://mock/v1")
     assert 0.3 <= time.monotonic() - started < 0.3 + LATE
     assert info.value.stage == "first_event"
+    _assert_flavor_stall(flavor, info.value)
 
 
-async def test_held_bytes_are_capped_before_the_first_event() -> None:
+async def test_held_bytes_are_capped_before_the_first_event(flavor: Flavor) -> None:
     """Megabytes of comments before any event are handed up once the hold limit is reached."""
     filler = b":" + b"x" * (64 * 1024 - 1)
     parts: list[bytes | float] = [filler] * 64
-    async with _client(stale=5.0, inner=_mock(parts)) as client:
+    async with _client(flavor, stale=5.0, inner=_mock(flavor, parts)) as client:
         body = await _read_all(client, "http://mock/v1")
     assert len(body) == 64 * len(filler) > HOLD_LIMIT
 
 
 async def test_stalls_are_logged_without_the_query_string(
-    server: FaultServer, caplog: pytest.LogCaptureFixture
+    flavor: Flavor, server: FaultServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A stall is logged as a warning naming the URL, never its query string."""
     server.scenario = Scenario.silent_after(1)
     caplog.set_level(logging.WARNING, logger="hermes_transport")
-    async with _client() as client:
+    async with _client(flavor) as client:
         url = server.base_url + "/chat/completions?api_key=SECRET"
         with pytest.raises(StreamStalled):
             async with client.stream("POST", url, json=chat_body()) as response:
@@ -237,50 +266,50 @@ async def test_stalls_are_logged_without_the_query_string(
 # --- interrupts: any thread, every stage -----------------------------------------------------
 
 
-async def _stream_raises(
-    client: httpx.AsyncClient, base_url: str, **body: Any
-) -> StreamInterrupted:
+async def _stream_raises(client: Any, base_url: str, **body: Any) -> StreamInterrupted:
     with pytest.raises(StreamInterrupted) as info:
         await _read_all(client, base_url, **body)
     return info.value
 
 
-async def test_interrupt_while_connecting() -> None:
+async def test_interrupt_while_connecting(flavor: Flavor) -> None:
     """A connect that hangs is aborted by an interrupt from another thread."""
     token = Interrupt()
     with black_hole() as base_url:
-        async with _client(stale=60.0, token=token) as client:
+        async with _client(flavor, stale=60.0, token=token) as client:
             when = interrupt_when(token, lambda: True, delay=0.3)
             caught = await _stream_raises(client, base_url)
     assert_prompt(when, caught, "connecting")
 
 
 async def test_interrupt_during_the_tls_handshake(
-    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+    flavor: Flavor, tls: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> None:
     """A TLS handshake the server never answers is aborted by the interrupt."""
     token = Interrupt()
     with deaf_server(tls[0], handshake=False) as (base_url, accepted):
-        async with _client(stale=60.0, token=token, verify=tls[1]) as client:
+        async with _client(flavor, stale=60.0, token=token, verify=tls[1]) as client:
             when = interrupt_when(token, accepted.is_set)
             caught = await _stream_raises(client, base_url)
     assert_prompt(when, caught, "connecting")
 
 
-# httpcore abandons the request body's async generator when a write fails (with or
-# without this library); trio warns when such a generator is collected unfinished.
+# httpcore (and httpcore2) abandons the request body's async generator when a write fails
+# (with or without this library); trio warns when such a generator is collected unfinished.
 @pytest.mark.filterwarnings(
-    "ignore:Async generator 'httpx._content.ByteStream.__aiter__':ResourceWarning",
+    "ignore:Async generator 'httpx2?._content.ByteStream.__aiter__':ResourceWarning",
     "ignore:Exception ignored in. <async_generator object ByteStream.__aiter__"
     ":pytest.PytestUnraisableExceptionWarning",
 )
 async def test_interrupt_while_sending_the_body(
-    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+    flavor: Flavor, secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> None:
     """A request body blocked on a full socket buffer is aborted by the interrupt."""
     token = Interrupt()
     with deaf_server(tls[0] if secure else None) as (base_url, accepted):
-        async with _client(stale=60.0, token=token, verify=tls[1] if secure else True) as client:
+        async with _client(
+            flavor, stale=60.0, token=token, verify=tls[1] if secure else True
+        ) as client:
             when = interrupt_when(token, accepted.is_set, delay=0.3)
             caught = await _stream_raises(client, base_url, padding="x" * (32 * 1024 * 1024))
     assert_prompt(when, caught, "sending")
@@ -288,12 +317,12 @@ async def test_interrupt_while_sending_the_body(
 
 @pytest.mark.parametrize("reused", [False, True], ids=["new", "reused"])
 async def test_interrupt_waiting_for_headers(
-    fault: tuple[FaultServer, Endpoint], reused: bool
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint], reused: bool
 ) -> None:
     """A request waiting for headers, on a new or a pooled connection, is aborted at once."""
     server, endpoint = fault
     token = Interrupt()
-    async with _client(stale=60.0, token=token, verify=endpoint.verify) as client:
+    async with _client(flavor, stale=60.0, token=token, verify=endpoint.verify) as client:
         if reused:
             await client.post(endpoint.base_url + "/chat/completions", json=chat_body(False))
         server.scenario = Scenario.silent_before_headers()
@@ -307,13 +336,13 @@ async def test_interrupt_waiting_for_headers(
 
 @pytest.mark.parametrize("scenario", [Scenario.silent_after(1), Scenario.comments_after(1)])
 async def test_interrupt_mid_stream(
-    fault: tuple[FaultServer, Endpoint], scenario: Scenario
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint], scenario: Scenario
 ) -> None:
     """A consumer awaiting the next chunk is woken by the interrupt."""
     server, endpoint = fault
     server.scenario = scenario
     token = Interrupt()
-    async with _client(stale=60.0, token=token, verify=endpoint.verify) as client:
+    async with _client(flavor, stale=60.0, token=token, verify=endpoint.verify) as client:
         async with client.stream(
             "POST", endpoint.base_url + "/chat/completions", json=chat_body()
         ) as response:
@@ -327,17 +356,17 @@ async def test_interrupt_mid_stream(
     _assert_nothing_armed()
 
 
-async def test_interrupt_from_the_loop_itself(server: FaultServer) -> None:
+async def test_interrupt_from_the_loop_itself(flavor: Flavor, server: FaultServer) -> None:
     """A task on the same loop interrupting the token stops the request awaiting headers."""
     server.scenario = Scenario.silent_before_headers()
     token = Interrupt()
     caught: list[StreamInterrupted] = []
 
-    async def request(client: httpx.AsyncClient) -> None:
+    async def request(client: Any) -> None:
         with token.bind():
             caught.append(await _stream_raises(client, server.base_url))
 
-    async with _client(stale=60.0) as client, anyio.create_task_group() as tasks:
+    async with _client(flavor, stale=60.0) as client, anyio.create_task_group() as tasks:
         tasks.start_soon(request, client)
         while not server.requests:
             await anyio.sleep(0.01)
@@ -349,17 +378,19 @@ async def test_interrupt_from_the_loop_itself(server: FaultServer) -> None:
     assert caught[0].reason == "user pressed stop"
 
 
-async def test_an_interrupted_token_sends_nothing(server: FaultServer) -> None:
+async def test_an_interrupted_token_sends_nothing(flavor: Flavor, server: FaultServer) -> None:
     """A call made while its token is interrupted raises at once without connecting."""
     token = Interrupt()
     token.interrupt("cancelled before start")
-    async with _client(stale=60.0, token=token) as client:
+    async with _client(flavor, stale=60.0, token=token) as client:
         caught = await _stream_raises(client, server.base_url)
     assert caught.stage == "before_sending"
     assert server.connections_opened == 0
 
 
-async def test_interrupts_never_touch_unbound_requests(server: FaultServer) -> None:
+async def test_interrupts_never_touch_unbound_requests(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """Interrupting one task's token leaves a concurrent unbound stream on the same pool alone."""
     server.scenario = replace(Scenario.healthy(), event_interval=0.05)
     token = Interrupt()
@@ -375,7 +406,7 @@ async def test_interrupts_never_touch_unbound_requests(server: FaultServer) -> N
     async def unbound() -> None:
         results["unbound"] = await _read_all(client, server.base_url)
 
-    async with _client(stale=60.0) as client:
+    async with _client(flavor, stale=60.0) as client:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(bound)
             tasks.start_soon(unbound)
@@ -388,9 +419,9 @@ async def test_interrupts_never_touch_unbound_requests(server: FaultServer) -> N
 # --- ordinary cancellation ------------------------------------------------------------------
 
 
-def _pool_connections(client: httpx.AsyncClient) -> int:
+def _pool_connections(flavor: Flavor, client: Any) -> int:
     transport = client._transport
-    assert isinstance(transport, AsyncWatchdogTransport)
+    assert isinstance(transport, flavor.AsyncWatchdogTransport)
     return len(transport.inner._pool.connections)  # type: ignore[attr-defined]
 
 
@@ -400,17 +431,17 @@ def _pool_connections(client: httpx.AsyncClient) -> int:
     ids=["headers", "silent-mid-stream", "comments-mid-stream"],
 )
 async def test_a_cancel_scope_cancels_as_usual_and_leaves_nothing_behind(
-    server: FaultServer, scenario: Scenario
+    flavor: Flavor, server: FaultServer, scenario: Scenario
 ) -> None:
     """A cancel scope's deadline ends the call quietly, closes its connection and disarms all."""
     server.scenario = scenario
-    async with _client(stale=60.0, first=60.0) as client:
+    async with _client(flavor, stale=60.0, first=60.0) as client:
         started = time.monotonic()
         with anyio.move_on_after(0.3) as scope:
             await _read_all(client, server.base_url)
         assert scope.cancelled_caught
         assert time.monotonic() - started < 0.3 + PROMPT
-        assert _pool_connections(client) == 0
+        assert _pool_connections(flavor, client) == 0
         _assert_nothing_armed()
         server.scenario = Scenario.healthy()
         assert b"[DONE]" in await _read_all(client, server.base_url)
@@ -418,58 +449,64 @@ async def test_a_cancel_scope_cancels_as_usual_and_leaves_nothing_behind(
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("where", ["connecting", "headers", "mid_stream"])
-async def test_task_cancel_raises_cancelled_error(server: FaultServer, where: str) -> None:
+async def test_task_cancel_raises_cancelled_error(
+    flavor: Flavor, server: FaultServer, where: str
+) -> None:
     """task.cancel() raises CancelledError at every stage, not one of our errors."""
     server.scenario = (
         Scenario.silent_before_headers() if where == "headers" else Scenario.silent_after(1)
     )
     with contextlib.ExitStack() as stack:
         base_url = stack.enter_context(black_hole()) if where == "connecting" else server.base_url
-        async with _client(stale=60.0, first=60.0) as client:
+        async with _client(flavor, stale=60.0, first=60.0) as client:
             task = asyncio.ensure_future(_read_all(client, base_url))
             await asyncio.sleep(0.3)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert _pool_connections(client) == 0
+            assert _pool_connections(flavor, client) == 0
             _assert_nothing_armed()
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_asyncio_timeout_raises_timeout_error(server: FaultServer) -> None:
+async def test_asyncio_timeout_raises_timeout_error(flavor: Flavor, server: FaultServer) -> None:
     """asyncio.wait_for around a hung stream raises the usual TimeoutError."""
     server.scenario = Scenario.comments_after(1)
-    async with _client(stale=60.0) as client:
+    async with _client(flavor, stale=60.0) as client:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(_read_all(client, server.base_url), 0.3)
         _assert_nothing_armed()
 
 
-async def test_a_stall_inside_a_caller_scope_is_still_a_stall(server: FaultServer) -> None:
+async def test_a_stall_inside_a_caller_scope_is_still_a_stall(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """The attempt's own cancel scope does not swallow or confuse an enclosing one."""
     server.scenario = Scenario.silent_before_headers()
-    async with _client(first=0.3) as client:
-        with anyio.CancelScope() as outer, pytest.raises(StreamStalled):
+    async with _client(flavor, first=0.3) as client:
+        with anyio.CancelScope() as outer, pytest.raises(StreamStalled) as info:
             await _read_all(client, server.base_url)
     assert not outer.cancelled_caught
+    _assert_flavor_stall(flavor, info.value)
 
 
 # --- no thread, no timer per chunk ----------------------------------------------------------
 
 
-async def test_no_thread_is_started(server: FaultServer) -> None:
+async def test_no_thread_is_started(flavor: Flavor, server: FaultServer) -> None:
     """Stalls, re-sends and interrupts run on the loop: no hermes-transport thread appears."""
     server.scenario = Scenario.stall_first(1, then=Scenario.silent_after(1))
     before = {t.name for t in threading.enumerate() if t.name.startswith("hermes-transport")}
-    async with _client(first=0.3, retries=1) as client:
-        with pytest.raises(StreamStalled):
+    async with _client(flavor, first=0.3, retries=1) as client:
+        with pytest.raises(StreamStalled) as info:
             await _read_all(client, server.base_url)
     after = {t.name for t in threading.enumerate() if t.name.startswith("hermes-transport")}
     assert after == before
+    _assert_flavor_stall(flavor, info.value)
 
 
 async def test_progress_sets_no_timer_per_chunk(
-    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+    flavor: Flavor, server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hundreds of events cost a handful of alarm settings, not one per chunk."""
     settings: list[float] = []
@@ -484,7 +521,7 @@ async def test_progress_sets_no_timer_per_chunk(
 
         monkeypatch.setattr(alarm, "set", counting)
     server.scenario = replace(Scenario.healthy(), content=("x",) * 300, event_interval=0.002)
-    async with _client(stale=5.0, first=5.0) as client:
+    async with _client(flavor, stale=5.0, first=5.0) as client:
         body = await _read_all(client, server.base_url)
     assert body.count(b"data: ") > 300
     assert len(settings) <= 3
@@ -533,13 +570,14 @@ async def _loop_server() -> AsyncIterator[int]:
         tasks.cancel_scope.cancel()
 
 
-async def test_a_thousand_streams_on_one_loop() -> None:
+async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
     """1,000 concurrent watched streams: every stall is caught on time, memory stays bounded."""
     kinds = ["ok", "silent", "comments"]
     outcome: dict[int, tuple[str, float]] = {}
-    limits = httpx.Limits(max_connections=STREAMS, max_keepalive_connections=0)
+    stall_types: set[type[StreamStalled]] = set()
+    limits = flavor.http.Limits(max_connections=STREAMS, max_keepalive_connections=0)
 
-    async def one(client: httpx.AsyncClient, url: str, i: int) -> None:
+    async def one(client: Any, url: str, i: int) -> None:
         kind = kinds[i % 3]
         last = time.monotonic()
         headers = {"accept": "text/event-stream"}
@@ -549,15 +587,16 @@ async def test_a_thousand_streams_on_one_loop() -> None:
                     if b"data:" in chunk:
                         last = time.monotonic()
             outcome[i] = ("done", 0.0)
-        except StreamStalled:
+        except StreamStalled as exc:
             outcome[i] = ("stalled", time.monotonic() - last)
+            stall_types.add(type(exc))
 
     gc.collect()
     tracemalloc.start()
     try:
         async with (
             _loop_server() as port,
-            _client(stale=SCALE_STALE, first=30.0, limits=limits) as client,
+            _client(flavor, stale=SCALE_STALE, first=30.0, limits=limits) as client,
         ):
             async with anyio.create_task_group() as streams:
                 for i in range(STREAMS):
@@ -573,30 +612,35 @@ async def test_a_thousand_streams_on_one_loop() -> None:
         else:
             assert result == "stalled", i
             assert SCALE_STALE <= late < SCALE_STALE + 3.0, (i, late)
+    assert stall_types == {flavor.StreamStalled}
     # Client, server and the test's own bookkeeping together; the bound is loose on purpose.
     assert peak / STREAMS < 256 * 1024, f"{peak / STREAMS / 1024:.0f} KiB per stream"
 
 
-async def test_a_stall_while_connecting_is_re_sent_then_raised() -> None:
+async def test_a_stall_while_connecting_is_re_sent_then_raised(flavor: Flavor) -> None:
     """A connect that hangs past the first-event budget is cancelled, re-sent, then reported."""
     started = time.monotonic()
     with black_hole() as base_url:
-        async with _client(first=0.3, retries=1) as client:
+        async with _client(flavor, first=0.3, retries=1) as client:
             with pytest.raises(StreamStalled, match="connecting") as info:
                 await _read_all(client, base_url)
     assert 2 * 0.3 <= time.monotonic() - started < 2 * 0.3 + 2 * LATE
     assert info.value.attempts == 2
+    _assert_flavor_stall(flavor, info.value)
     _assert_nothing_armed()
 
 
-async def test_a_streaming_request_answered_without_an_event_stream_is_not_timed() -> None:
+async def test_a_streaming_request_answered_without_an_event_stream_is_not_timed(
+    flavor: Flavor,
+) -> None:
     """A JSON answer to a streaming request is read at its own pace: no budget applies to it."""
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        body = _Body([b'{"error": ', 0.5, b'"slow"}'])
-        return httpx.Response(200, headers={"content-type": "application/json"}, stream=body)
+    async def handler(request: Any) -> Any:
+        body = _body(flavor, [b'{"error": ', 0.5, b'"slow"}'])
+        return flavor.http.Response(200, headers={"content-type": "application/json"}, stream=body)
 
-    async with _client(stale=0.2, first=0.2, inner=httpx.MockTransport(handler)) as client:
+    inner = flavor.http.MockTransport(handler)
+    async with _client(flavor, stale=0.2, first=0.2, inner=inner) as client:
         response = await client.post("http://mock/v1/chat/completions", json=chat_body())
     assert response.json() == {"error": "slow"}
     _assert_nothing_armed()

@@ -11,23 +11,19 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
-import httpx
 import openai
 import pytest
 
-from hermes_transport import (
-    Interrupt,
-    StreamInterrupted,
-    StreamPolicy,
-    StreamStalled,
-    WatchdogTransport,
-)
+from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import (
+    OPENAI_MAJOR,
     PROMPT,
     Endpoint,
+    Flavor,
     assert_prompt,
     black_hole,
     chat_body,
@@ -39,12 +35,17 @@ from _support import (
 POLICY = StreamPolicy(stale_timeout=60.0, retries=2)
 
 
-def _client(endpoint: Endpoint, token: Interrupt | None = None, **kwargs: object) -> httpx.Client:
-    transport = WatchdogTransport(policy=POLICY, interrupt=token, verify=endpoint.verify, **kwargs)  # type: ignore[arg-type]
-    return httpx.Client(transport=transport, timeout=30.0)
+def _client(
+    flavor: Flavor, endpoint: Endpoint, token: Interrupt | None = None, **kwargs: object
+) -> Any:
+    """A client of the flavor over its WatchdogTransport with POLICY, bound to ``token``."""
+    transport = flavor.WatchdogTransport(
+        policy=POLICY, interrupt=token, verify=endpoint.verify, **kwargs
+    )
+    return flavor.http.Client(transport=transport, timeout=30.0)
 
 
-def _stream(client: httpx.Client, base_url: str) -> httpx.Response:
+def _stream(client: Any, base_url: str) -> Any:
     request = client.build_request("POST", base_url + "/chat/completions", json=chat_body())
     return client.send(request, stream=True)
 
@@ -52,21 +53,23 @@ def _stream(client: httpx.Client, base_url: str) -> httpx.Response:
 # --- every stage --------------------------------------------------------------------------
 
 
-def test_interrupt_while_connecting() -> None:
+def test_interrupt_while_connecting(flavor: Flavor) -> None:
     """A connect() that hangs is aborted by the interrupt."""
     token = Interrupt()
-    with black_hole() as base_url, _client(Endpoint(base_url, True), token) as client:
+    with black_hole() as base_url, _client(flavor, Endpoint(base_url, True), token) as client:
         when = interrupt_when(token, lambda: True, delay=0.3)
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, base_url)
     assert_prompt(when, info.value, "connecting")
 
 
-def test_interrupt_during_the_tls_handshake(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+def test_interrupt_during_the_tls_handshake(
+    flavor: Flavor, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
     """A TLS handshake the server never answers is aborted by the interrupt."""
     token = Interrupt()
     with deaf_server(tls[0], handshake=False) as (base_url, accepted):
-        with _client(Endpoint(base_url, tls[1]), token) as client:
+        with _client(flavor, Endpoint(base_url, tls[1]), token) as client:
             when = interrupt_when(token, accepted.is_set)
             with pytest.raises(StreamInterrupted) as info:
                 _stream(client, base_url)
@@ -74,12 +77,12 @@ def test_interrupt_during_the_tls_handshake(tls: tuple[ssl.SSLContext, ssl.SSLCo
 
 
 def test_interrupt_while_sending_the_body(
-    secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+    flavor: Flavor, secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> None:
     """A request body blocked on a full socket buffer is aborted by the interrupt."""
     token = Interrupt()
     with deaf_server(tls[0] if secure else None) as (base_url, accepted):
-        with _client(Endpoint(base_url, tls[1] if secure else True), token) as client:
+        with _client(flavor, Endpoint(base_url, tls[1] if secure else True), token) as client:
             when = interrupt_when(token, accepted.is_set, delay=0.3)
             big = chat_body(padding="x" * (32 * 1024 * 1024))
             with pytest.raises(StreamInterrupted) as info:
@@ -88,13 +91,13 @@ def test_interrupt_while_sending_the_body(
 
 
 def test_interrupt_waiting_for_headers_on_a_new_connection(
-    fault: tuple[FaultServer, Endpoint],
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint]
 ) -> None:
     """A request waiting for headers on a new connection is aborted by the interrupt."""
     server, endpoint = fault
     server.scenario = Scenario.silent_before_headers()
     token = Interrupt()
-    with _client(endpoint, token) as client:
+    with _client(flavor, endpoint, token) as client:
         when = interrupt_when(token, lambda: len(server.requests) == 1)
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, endpoint.base_url)
@@ -104,12 +107,12 @@ def test_interrupt_waiting_for_headers_on_a_new_connection(
 
 
 def test_interrupt_waiting_for_headers_on_a_reused_connection(
-    fault: tuple[FaultServer, Endpoint],
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint]
 ) -> None:
     """A request waiting for headers on a pooled, reused connection is aborted by the interrupt."""
     server, endpoint = fault
     token = Interrupt()
-    with _client(endpoint, token) as client:
+    with _client(flavor, endpoint, token) as client:
         client.post(endpoint.base_url + "/chat/completions", json=chat_body(stream=False))
         server.scenario = Scenario.silent_before_headers()
         when = interrupt_when(token, lambda: len(server.requests) == 2)
@@ -120,12 +123,14 @@ def test_interrupt_waiting_for_headers_on_a_reused_connection(
 
 
 @pytest.mark.parametrize("scenario", [Scenario.silent_after(1), Scenario.comments_after(1)])
-def test_interrupt_mid_stream(fault: tuple[FaultServer, Endpoint], scenario: Scenario) -> None:
+def test_interrupt_mid_stream(
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint], scenario: Scenario
+) -> None:
     """A consumer blocked reading a stream is woken by the interrupt."""
     server, endpoint = fault
     server.scenario = scenario
     token = Interrupt()
-    with _client(endpoint, token) as client:
+    with _client(flavor, endpoint, token) as client:
         response = _stream(client, endpoint.base_url)
         chunks = response.iter_raw()
         assert next(chunks).startswith(b"data: ")
@@ -137,12 +142,14 @@ def test_interrupt_mid_stream(fault: tuple[FaultServer, Endpoint], scenario: Sce
     assert_prompt(when, info.value, "mid_stream")
 
 
-def test_interrupt_while_reading_a_non_streaming_body(fault: tuple[FaultServer, Endpoint]) -> None:
+def test_interrupt_while_reading_a_non_streaming_body(
+    flavor: Flavor, fault: tuple[FaultServer, Endpoint]
+) -> None:
     """A plain (non-SSE) body read in progress is interrupted as well."""
     server, endpoint = fault
     server.scenario = Scenario.trickle(delay=0.05)
     token = Interrupt()
-    with _client(endpoint, token) as client:
+    with _client(flavor, endpoint, token) as client:
         request = client.build_request(
             "POST", endpoint.base_url + "/chat/completions", json=chat_body(stream=False)
         )
@@ -158,12 +165,12 @@ def test_interrupt_while_reading_a_non_streaming_body(fault: tuple[FaultServer, 
 
 
 def test_an_interrupted_token_fails_the_next_call_at_once_and_sends_nothing(
-    server: FaultServer,
+    flavor: Flavor, server: FaultServer
 ) -> None:
     """A call made while its token is interrupted raises at once without connecting."""
     token = Interrupt()
     token.interrupt("cancelled before start")
-    with _client(Endpoint(server.base_url, True), token) as client:
+    with _client(flavor, Endpoint(server.base_url, True), token) as client:
         started = time.monotonic()
         with pytest.raises(StreamInterrupted) as info:
             _stream(client, server.base_url)
@@ -173,7 +180,7 @@ def test_an_interrupted_token_fails_the_next_call_at_once_and_sends_nothing(
     assert server.requests == []
 
 
-def test_reset_rearms_the_token_for_the_next_turn(server: FaultServer) -> None:
+def test_reset_rearms_the_token_for_the_next_turn(flavor: Flavor, server: FaultServer) -> None:
     """After reset() the same token lets requests through again."""
     token = Interrupt()
     token.interrupt()
@@ -182,7 +189,7 @@ def test_reset_rearms_the_token_for_the_next_turn(server: FaultServer) -> None:
     token.reset()
     assert not token.interrupted
     assert token.reason is None
-    with _client(Endpoint(server.base_url, True), token) as client:
+    with _client(flavor, Endpoint(server.base_url, True), token) as client:
         body = b"".join(_stream(client, server.base_url).iter_raw())
     assert b"[DONE]" in body
 
@@ -196,12 +203,12 @@ def test_interrupt_is_idempotent_and_keeps_the_first_reason() -> None:
     assert token.wait(0)
 
 
-def test_bind_scopes_the_token_to_a_context(server: FaultServer) -> None:
+def test_bind_scopes_the_token_to_a_context(flavor: Flavor, server: FaultServer) -> None:
     """Requests inside `with token.bind()` are bound; those outside, or on other threads, are not."""
     server.scenario = Scenario.healthy()
     token = Interrupt()
     token.interrupt()
-    with httpx.Client(transport=WatchdogTransport(policy=POLICY)) as client:
+    with flavor.http.Client(transport=flavor.WatchdogTransport(policy=POLICY)) as client:
         assert b"[DONE]" in b"".join(_stream(client, server.base_url).iter_raw())
         with token.bind():
             with pytest.raises(StreamInterrupted):
@@ -232,11 +239,13 @@ def test_bind_scopes_the_token_to_a_context(server: FaultServer) -> None:
         assert b"[DONE]" in b"".join(_stream(client, server.base_url).iter_raw())
 
 
-def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(server: FaultServer) -> None:
+def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """interrupt() shuts the socket down itself: no thread is started for it."""
     server.scenario = Scenario.silent_after(1)
     token = Interrupt()
-    with _client(Endpoint(server.base_url, True), token) as client:
+    with _client(flavor, Endpoint(server.base_url, True), token) as client:
         response = _stream(client, server.base_url)
         before = threading.active_count()
         token.interrupt()
@@ -246,13 +255,15 @@ def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(server: Fault
         response.close()
 
 
-def test_interrupts_never_touch_unbound_requests_on_the_same_pool(server: FaultServer) -> None:
+def test_interrupts_never_touch_unbound_requests_on_the_same_pool(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """Under concurrency, interrupting bound requests never hurts an unbound one sharing the pool."""
     content = tuple(f"<{i}>" for i in range(12))
     expected = "".join(content)
     server.scenario = Scenario(content=content, event_interval=0.005)
-    transport = WatchdogTransport(
-        policy=POLICY, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4)
+    transport = flavor.WatchdogTransport(
+        policy=POLICY, limits=flavor.http.Limits(max_connections=4, max_keepalive_connections=4)
     )
     tokens = [Interrupt() for _ in range(3)]
     errors: list[BaseException] = []
@@ -294,7 +305,7 @@ def test_interrupts_never_touch_unbound_requests_on_the_same_pool(server: FaultS
             time.sleep(rng.uniform(0.0, 0.03))
             rng.choice(tokens).interrupt("chaos")
 
-    with httpx.Client(transport=transport, timeout=30.0) as client:
+    with flavor.http.Client(transport=transport, timeout=30.0) as client:
         workers = [threading.Thread(target=worker, args=(t, 15)) for t in tokens]
         workers += [threading.Thread(target=worker, args=(None, 15)) for _ in range(3)]
         chaos = threading.Thread(target=interrupter)
@@ -310,12 +321,14 @@ def test_interrupts_never_touch_unbound_requests_on_the_same_pool(server: FaultS
     assert outcomes["bound_interrupted"] > 0
 
 
-def test_hundreds_of_interrupts_leak_no_file_descriptors(server: FaultServer) -> None:
+def test_hundreds_of_interrupts_leak_no_file_descriptors(
+    flavor: Flavor, server: FaultServer
+) -> None:
     """Every interrupted connection is closed by its owner: the fd count returns to where it was."""
     server.scenario = Scenario.silent_after(1)
     token = Interrupt()
     baseline = open_fds()
-    with _client(Endpoint(server.base_url, True), token) as client:
+    with _client(flavor, Endpoint(server.base_url, True), token) as client:
         for _ in range(200):
             token.reset()
             response = _stream(client, server.base_url)
@@ -349,17 +362,14 @@ def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return sleeps
 
 
-OPENAI_MAJOR = int(openai.__version__.split(".")[0])
-
-
 def test_openai_sdk_does_not_retry_an_interrupt(
-    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+    sdk_flavor: Flavor, server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through OpenAI(max_retries=2), an interrupt reaches the server once and the caller as StreamInterrupted."""
     server.scenario = Scenario.silent_before_headers()
     token = Interrupt()
     sleeps = _sdk_sleeps(monkeypatch)
-    with _client(Endpoint(server.base_url, True), token) as http_client:
+    with _client(sdk_flavor, Endpoint(server.base_url, True), token) as http_client:
         client = openai.OpenAI(
             base_url=server.base_url, api_key="x", http_client=http_client, max_retries=2
         )
@@ -378,11 +388,11 @@ def test_openai_sdk_does_not_retry_an_interrupt(
         assert_prompt(when, info.value, "headers")
 
 
-def test_openai_sdk_mid_stream_interrupt(server: FaultServer) -> None:
+def test_openai_sdk_mid_stream_interrupt(sdk_flavor: Flavor, server: FaultServer) -> None:
     """An interrupt while iterating an SDK stream surfaces as StreamInterrupted."""
     server.scenario = Scenario.comments_after(1)
     token = Interrupt()
-    with _client(Endpoint(server.base_url, True), token) as http_client:
+    with _client(sdk_flavor, Endpoint(server.base_url, True), token) as http_client:
         client = openai.OpenAI(base_url=server.base_url, api_key="x", http_client=http_client)
         stream = client.chat.completions.create(model="m", messages=[], stream=True)
         chunks = iter(stream)
@@ -394,25 +404,25 @@ def test_openai_sdk_mid_stream_interrupt(server: FaultServer) -> None:
     assert_prompt(when, info.value, "mid_stream")
 
 
-def test_stall_and_interrupt_are_told_apart(server: FaultServer) -> None:
+def test_stall_and_interrupt_are_told_apart(flavor: Flavor, server: FaultServer) -> None:
     """A stalled stream raises StreamStalled, not StreamInterrupted, even with a token bound."""
     server.scenario = Scenario.comments_after(1)
     token = Interrupt()
-    transport = WatchdogTransport(policy=StreamPolicy(stale_timeout=0.3), interrupt=token)
-    with httpx.Client(transport=transport) as client:
-        with pytest.raises(StreamStalled):
+    transport = flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=0.3), interrupt=token)
+    with flavor.http.Client(transport=transport) as client:
+        with pytest.raises(flavor.StreamStalled):
             _stream(client, server.base_url).read()
     assert not token.interrupted
 
 
 def test_interrupts_are_logged_with_stage_and_reason(
-    server: FaultServer, caplog: pytest.LogCaptureFixture
+    flavor: Flavor, server: FaultServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An interrupt is logged at INFO with its stage and reason."""
     server.scenario = Scenario.silent_before_headers()
     token = Interrupt()
     caplog.set_level(logging.INFO, logger="hermes_transport")
-    with _client(Endpoint(server.base_url, True), token) as client:
+    with _client(flavor, Endpoint(server.base_url, True), token) as client:
         interrupt_when(token, lambda: len(server.requests) == 1)
         with pytest.raises(StreamInterrupted):
             _stream(client, server.base_url)
@@ -421,11 +431,11 @@ def test_interrupts_are_logged_with_stage_and_reason(
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "hermes_transport")
 
 
-def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive() -> None:
+def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive(flavor: Flavor) -> None:
     """With a mocked inner transport, an interrupt surfaces as soon as the next bytes arrive."""
     token = Interrupt()
 
-    class Slow(httpx.SyncByteStream):
+    class Slow(flavor.http.SyncByteStream):  # type: ignore[misc]
         def __iter__(self) -> Iterator[bytes]:
             yield b'data: {"choices": []}\n\n'
             token.interrupt("stop while the mock sleeps")
@@ -433,13 +443,13 @@ def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive() -> No
             yield b": keepalive\n\n"
             yield b'data: {"choices": []}\n\n'
 
-    inner = httpx.MockTransport(
-        lambda request: httpx.Response(
+    inner = flavor.http.MockTransport(
+        lambda request: flavor.http.Response(
             200, headers={"content-type": "text/event-stream"}, stream=Slow()
         )
     )
-    with httpx.Client(
-        transport=WatchdogTransport(inner, policy=POLICY, interrupt=token)
+    with flavor.http.Client(
+        transport=flavor.WatchdogTransport(inner, policy=POLICY, interrupt=token)
     ) as client:
         with client.stream(
             "POST", "http://mock/v1/chat/completions", json=chat_body()

@@ -13,7 +13,8 @@ from hermes_transport._policy import StreamPolicy
 STALE = "HERMES_STREAM_STALE_TIMEOUT"
 FIRST = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 RETRIES = "HERMES_STREAM_RETRIES"
-ALL_VARS = (STALE, FIRST, RETRIES)
+HEARTBEATS = "HERMES_STREAM_HEARTBEAT_EVENTS"
+ALL_VARS = (STALE, FIRST, RETRIES, HEARTBEATS)
 TIMEOUT_FIELDS = ("stale_timeout", "first_event_timeout")
 
 
@@ -25,6 +26,7 @@ def test_defaults() -> None:
     policy = StreamPolicy()
     assert (policy.stale_timeout, policy.first_event_timeout, policy.retries) == (180.0, None, 2)
     assert (policy.stale_budget, policy.first_event_budget) == (180.0, 180.0)
+    assert policy.heartbeat_events == frozenset({"ping"})
 
 
 @pytest.mark.parametrize(
@@ -305,3 +307,60 @@ def test_from_env_on_a_subclass_returns_the_subclass() -> None:
     policy = Custom.from_env({RETRIES: "1"})
     assert type(policy) is Custom
     assert policy.retries == 1
+
+
+# --------------------------------------------------------------------------- heartbeat events
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ({"ping"}, {"ping"}),
+        (["ping", "keepalive", "ping"], {"ping", "keepalive"}),
+        (("x" * 56,), {"x" * 56}),
+        ((), set()),
+        (frozenset({"héartbeat"}), {"héartbeat"}),
+    ],
+    ids=repr,
+)
+def test_heartbeat_events_are_stored_as_a_frozenset(given: Any, stored: set[str]) -> None:
+    """Any collection of event type names is accepted and kept as a hashable frozenset."""
+    policy = StreamPolicy(heartbeat_events=given)
+    assert policy.heartbeat_events == frozenset(stored)
+    assert isinstance(policy.heartbeat_events, frozenset)
+    assert hash(policy) == hash(StreamPolicy(heartbeat_events=frozenset(stored)))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["ping", b"ping", None, 5, [""], ["a\nb"], ["a\rb"], ["x" * 57], [b"ping"], [1]],
+    ids=repr,
+)
+def test_invalid_heartbeat_events_raise_naming_the_field(value: object) -> None:
+    """A str (not a collection of names), an empty, too long or multi-line name is refused by name."""
+    with pytest.raises(ValueError, match="heartbeat_events"):
+        StreamPolicy(heartbeat_events=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("ping", {"ping"}),
+        ("ping,keepalive", {"ping", "keepalive"}),
+        (" ping , keepalive ", {"ping", "keepalive"}),
+        ("off", set()),
+        (" OFF ", set()),
+    ],
+    ids=repr,
+)
+def test_from_env_parses_heartbeat_events(raw: str, expected: set[str]) -> None:
+    """HERMES_STREAM_HEARTBEAT_EVENTS is a comma-separated list of names, or off for none."""
+    assert StreamPolicy.from_env({HEARTBEATS: raw}).heartbeat_events == frozenset(expected)
+
+
+@pytest.mark.parametrize("raw", ["ping,,keepalive", ",", "ping,", "x" * 57], ids=repr)
+def test_from_env_malformed_heartbeat_events_raise_naming_variable(raw: str) -> None:
+    """An empty or too long name in the variable is refused, naming the variable and its value."""
+    with pytest.raises(ValueError, match=HEARTBEATS) as info:
+        StreamPolicy.from_env({HEARTBEATS: raw})
+    assert repr(raw) in str(info.value)

@@ -7,20 +7,37 @@ import subprocess
 import sys
 
 import httpx
+import httpx2
 import pytest
 
 import hermes_transport
 from hermes_transport import StreamInterrupted, StreamStalled
+from hermes_transport import httpx2 as ht2
+
+from _support import OPENAI_MAJOR
 
 
-def test_all_is_sorted_and_complete() -> None:
+@pytest.mark.parametrize(
+    ("module", "modules"),
+    [(hermes_transport, {"testing", "httpx2"}), (ht2, {"httpcore2", "httpx2"})],
+    ids=["hermes_transport", "hermes_transport.httpx2"],
+)
+def test_all_is_sorted_and_complete(module: object, modules: set[str]) -> None:
     """__all__ is sorted, names only real attributes, and hides every private module."""
-    names = hermes_transport.__all__
+    names = module.__all__  # type: ignore[attr-defined]
     assert names == sorted(names)
     for name in names:
-        assert hasattr(hermes_transport, name), name
-    public = {n for n in vars(hermes_transport) if not n.startswith("_")}
-    assert public - set(names) <= {"annotations", "logging", "testing"}
+        assert hasattr(module, name), name
+    public = {n for n in vars(module) if not n.startswith("_")}
+    assert public - set(names) <= {"annotations", "logging", "Any", *modules}
+
+
+def test_the_httpx2_flavor_names_the_same_public_classes() -> None:
+    """hermes_transport.httpx2 offers the transports, factories and error of the package, on httpx2."""
+    assert set(ht2.__all__) <= set(hermes_transport.__all__)
+    assert issubclass(ht2.WatchdogTransport, httpx2.BaseTransport)
+    assert issubclass(ht2.AsyncWatchdogTransport, httpx2.AsyncBaseTransport)
+    assert not issubclass(ht2.WatchdogTransport, httpx.BaseTransport)
 
 
 def test_errors_subclass_what_existing_handlers_catch() -> None:
@@ -33,30 +50,78 @@ def test_errors_subclass_what_existing_handlers_catch() -> None:
 
 
 @pytest.mark.parametrize(
+    "base",
+    [
+        StreamStalled,
+        httpx.ReadTimeout,
+        httpx.RemoteProtocolError,
+        httpx2.ReadTimeout,
+        httpx2.RemoteProtocolError,
+        httpx2.TransportError,
+    ],
+)
+def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> None:
+    """The httpx2 StreamStalled is also hermes' StreamStalled, so httpx and httpx2 handlers catch it."""
+    assert issubclass(ht2.StreamStalled, base)
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    stall = ht2.StreamStalled(
+        "stalled", request=request, stage="mid_stream", budget=1.0, elapsed=1.5, attempts=1
+    )
+    assert isinstance(stall, base)
+    assert stall.request is request
+    assert (str(stall), stall.stage, stall.budget, stall.elapsed, stall.attempts) == (
+        "stalled",
+        "mid_stream",
+        1.0,
+        1.5,
+        1,
+    )
+
+
+@pytest.mark.parametrize(
     ("obj", "expected"),
     [
         (
             hermes_transport.StreamPolicy,
-            "(*, stale_timeout=180.0, first_event_timeout=None, retries=2)",
+            "(*, stale_timeout=180.0, first_event_timeout=None, retries=2,"
+            " heartbeat_events=frozenset({'ping'}))",
         ),
-        (
-            hermes_transport.WatchdogTransport,
-            "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
-        ),
-        (
-            hermes_transport.AsyncWatchdogTransport,
-            "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
-        ),
-        (
-            hermes_transport.async_http_client_for,
-            "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-            " interrupt=None, **httpx_async_client_kwargs)",
-        ),
-        (
-            hermes_transport.async_openai_client_for,
-            "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-            " interrupt=None, **openai_kwargs)",
-        ),
+        *[
+            (
+                transport,
+                "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
+            )
+            for transport in (
+                hermes_transport.WatchdogTransport,
+                hermes_transport.AsyncWatchdogTransport,
+                ht2.WatchdogTransport,
+                ht2.AsyncWatchdogTransport,
+            )
+        ],
+        *[
+            (
+                factory,
+                "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
+                f" interrupt=None, **{kwargs})",
+            )
+            for factory, kwargs in (
+                (hermes_transport.http_client_for, "httpx_client_kwargs"),
+                (hermes_transport.async_http_client_for, "httpx_async_client_kwargs"),
+                (ht2.http_client_for, "httpx_client_kwargs"),
+                (ht2.async_http_client_for, "httpx_async_client_kwargs"),
+            )
+        ],
+        *[
+            (
+                factory,
+                "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
+                " interrupt=None, flavor=None, **openai_kwargs)",
+            )
+            for factory in (
+                hermes_transport.openai_client_for,
+                hermes_transport.async_openai_client_for,
+            )
+        ],
         (
             hermes_transport.astream_chat_completion,
             "(client, *, interrupt=None, on_delta=None, **create_kwargs)",
@@ -76,7 +141,47 @@ def test_signatures_are_the_documented_ones(obj: object, expected: str) -> None:
 
 
 def test_importing_the_package_does_not_import_the_sdk() -> None:
-    """The transport costs no openai import: only the factories and runner need the SDK."""
-    code = "import sys, hermes_transport; print('openai' in sys.modules)"
+    """The transport costs no openai or httpx2 import: only the factories and runner need the SDK."""
+    code = "import sys, hermes_transport; print('openai' in sys.modules, 'httpx2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
+
+
+# Run in a fresh interpreter where `import httpx2` fails, as it does where it is not installed.
+_WITHOUT_HTTPX2 = """
+import sys
+sys.modules["httpx2"] = None
+import httpx, hermes_transport
+from hermes_transport import StreamPolicy, WatchdogTransport, http_client_for
+from hermes_transport.testing import FaultServer
+with FaultServer() as server, http_client_for("cron", policy=StreamPolicy(stale_timeout=5)) as c:
+    body = {"model": "m", "messages": [], "stream": True}
+    with c.stream("POST", server.base_url + "/chat/completions", json=body) as r:
+        print(type(c).__module__, r.read().count(b"data:"))
+try:
+    import hermes_transport.httpx2
+except ImportError as exc:
+    print("ImportError:", exc)
+try:
+    import openai  # openai 3.x needs httpx2 itself
+except ImportError:
+    print("no openai")
+else:
+    try:
+        hermes_transport.openai_client_for("cron", api_key="k", flavor="httpx2")
+    except ImportError as exc:
+        print("ImportError:", exc)
+"""
+
+
+def test_without_httpx2_everything_else_imports_and_works() -> None:
+    """Without httpx2 the package streams on httpx, and asking for httpx2 says how to install it."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_HTTPX2], capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0] == "httpx 4"  # three chunks and [DONE]
+    hint = "ImportError: hermes_transport.httpx2 needs the httpx2 package; install it with:"
+    assert lines[1].startswith(hint)
+    assert "hermes-transport[httpx2]" in lines[1]
+    assert lines[2] == ("no openai" if OPENAI_MAJOR >= 3 else lines[1])

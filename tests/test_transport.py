@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -15,6 +16,7 @@ import tracemalloc
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +27,7 @@ from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import ClientFactory, chat_body
+from _support import ClientFactory, Flavor, chat_body
 
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
@@ -38,9 +40,7 @@ def _event(content: str) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
-def _post_stream(
-    client: httpx.Client, target: FaultServer | str, **body: object
-) -> httpx.Response:
+def _post_stream(client: Any, target: FaultServer | str, **body: object) -> Any:
     """POST a streaming chat request to a fault server, or to a full URL; return it unread."""
     url = target if isinstance(target, str) else target.base_url + "/chat/completions"
     return client.send(client.build_request("POST", url, json=chat_body(**body)), stream=True)
@@ -55,11 +55,19 @@ def _gunzip(body: bytes) -> bytes:
     return zlib.decompressobj(wbits=31).decompress(body)
 
 
-def _read_all(response: httpx.Response) -> bytes:
+def _read_all(response: Any) -> bytes:
     try:
         return b"".join(response.iter_raw())
     finally:
         response.close()
+
+
+def _assert_flavor_stall(flavor: Flavor, stall: BaseException) -> None:
+    """The stall is the flavor's own StreamStalled, in the flavor's httpx error hierarchy."""
+    assert type(stall) is flavor.StreamStalled
+    assert isinstance(stall, StreamStalled)
+    assert isinstance(stall, flavor.http.ReadTimeout)
+    assert isinstance(stall, flavor.http.RemoteProtocolError)
 
 
 # --- healthy streams and pass-through -------------------------------------------------
@@ -77,11 +85,11 @@ def _read_all(response: httpx.Response) -> bytes:
     ids=["plain", "gzip", "byte-at-a-time", "crlf", "tool-call"],
 )
 def test_healthy_stream_bytes_are_passed_up_untouched(
-    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+    flavor: Flavor, server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
 ) -> None:
-    """A healthy stream reaches the caller byte for byte as a plain httpx client gets it."""
+    """A healthy stream reaches the caller byte for byte as a plain client of its library gets it."""
     server.scenario = scenario
-    with httpx.Client() as plain:
+    with flavor.http.Client() as plain:
         expected = _read_all(_post_stream(plain, server))
     got = _read_all(_post_stream(watchdog_client(stale=5.0), server))
     if scenario.gzip:
@@ -95,12 +103,12 @@ def test_healthy_stream_bytes_are_passed_up_untouched(
     "scenario", [Scenario.healthy(), Scenario.error(500), Scenario.error(429)]
 )
 def test_non_sse_responses_pass_through_untouched(
-    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+    flavor: Flavor, server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
 ) -> None:
-    """JSON completions and error bodies come back exactly as from a plain client."""
+    """JSON completions and error bodies come back exactly as from a plain client of the same library."""
     server.scenario = scenario
     request = {"json": chat_body(stream=False)}
-    with httpx.Client() as plain:
+    with flavor.http.Client() as plain:
         expected = plain.post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
     got = watchdog_client(stale=5.0).post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
     assert got.status_code == expected.status_code
@@ -135,7 +143,7 @@ def test_slow_non_streaming_request_keeps_only_its_own_timeouts(
     ids=["silent", "comments", "silent-gzip", "comments-gzip", "comments-crlf"],
 )
 def test_stall_after_first_event_raises_stream_stalled_promptly(
-    server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
+    flavor: Flavor, server: FaultServer, watchdog_client: ClientFactory, scenario: Scenario
 ) -> None:
     """A stream that stops making progress is cut and its reader raises StreamStalled soon after the budget."""
     server.scenario = scenario
@@ -149,6 +157,7 @@ def test_stall_after_first_event_raises_stream_stalled_promptly(
             pass
     raised = time.monotonic()
     response.close()
+    _assert_flavor_stall(flavor, info.value)
     assert info.value.stage == "mid_stream"
     assert info.value.budget == stale
     assert raised - sent >= stale, "stalled before the budget ran out"
@@ -157,15 +166,17 @@ def test_stall_after_first_event_raises_stream_stalled_promptly(
 
 
 def test_stall_error_is_both_read_timeout_and_remote_protocol_error(
-    server: FaultServer, watchdog_client: ClientFactory
+    flavor: Flavor, server: FaultServer, watchdog_client: ClientFactory
 ) -> None:
-    """Existing handlers for httpx.ReadTimeout or httpx.RemoteProtocolError catch a stall."""
+    """Existing handlers for the library's ReadTimeout or RemoteProtocolError catch a stall."""
     server.scenario = Scenario.comments_after(1)
     response = _post_stream(watchdog_client(stale=0.3), server)
-    with pytest.raises(httpx.ReadTimeout) as as_timeout:
+    with pytest.raises(flavor.http.ReadTimeout) as as_timeout:
         _read_all(response)
-    assert isinstance(as_timeout.value, httpx.RemoteProtocolError)
+    assert isinstance(as_timeout.value, flavor.http.RemoteProtocolError)
+    _assert_flavor_stall(flavor, as_timeout.value)
     assert "0.3 s" in str(as_timeout.value)
+    assert isinstance(as_timeout.value.request, flavor.http.Request)
     assert as_timeout.value.request.url.path == "/v1/chat/completions"
 
 
@@ -203,7 +214,11 @@ def test_next_request_on_the_same_client_works_on_a_new_connection(
 )
 @pytest.mark.parametrize("retries", [0, 2])
 def test_stall_before_first_event_is_resent_then_raised_from_send(
-    server: FaultServer, watchdog_client: ClientFactory, stall: Scenario, retries: int
+    flavor: Flavor,
+    server: FaultServer,
+    watchdog_client: ClientFactory,
+    stall: Scenario,
+    retries: int,
 ) -> None:
     """Before its first event a stalled stream is re-sent `retries` times, then send() raises."""
     server.scenario = stall
@@ -213,6 +228,7 @@ def test_stall_before_first_event_is_resent_then_raised_from_send(
     with pytest.raises(StreamStalled) as info:
         _post_stream(client, server)
     elapsed = time.monotonic() - started
+    _assert_flavor_stall(flavor, info.value)
     assert info.value.stage == "first_event"
     assert info.value.attempts == retries + 1
     assert len(server.requests) == retries + 1
@@ -240,7 +256,7 @@ def test_first_event_is_held_back_and_handed_up_intact(
     server.scenario = Scenario.silent_after(1)
     response = _post_stream(watchdog_client(stale=0.5, first=5.0), server)
     # The first event is already here, held: reading it does not wait on the (silent) socket.
-    watched = response.stream._stream  # type: ignore[attr-defined]  # httpx's BoundSyncStream
+    watched = response.stream._stream  # the client's BoundSyncStream wraps ours
     assert isinstance(watched, transport_module.WatchedStream)
     assert b"".join(watched._held).startswith(b"data: ")
     started = time.monotonic()
@@ -281,6 +297,7 @@ def test_first_event_bound_off_keeps_the_stale_watch(
     ],
 )
 def test_streaming_requests_are_recognised_from_the_request(
+    flavor: Flavor,
     server: FaultServer,
     watchdog_client: ClientFactory,
     headers: dict[str, str],
@@ -296,8 +313,8 @@ def test_streaming_requests_are_recognised_from_the_request(
         json=chat_body(stream=body_stream),
         headers=headers,
     )
-    expected = StreamStalled if streaming else httpx.ReadTimeout
-    with pytest.raises(httpx.ReadTimeout) as info:
+    expected = flavor.StreamStalled if streaming else flavor.http.ReadTimeout
+    with pytest.raises(flavor.http.ReadTimeout) as info:
         client.send(request)
     assert type(info.value) is expected
 
@@ -324,7 +341,7 @@ def test_request_body_that_cannot_be_replayed_is_not_resent(
 # --- mocked inner transports: no socket --------------------------------------------------
 
 
-class _SlowStream(httpx.SyncByteStream):
+class _SlowStream:
     """A response body that yields parts with pauses in between."""
 
     def __init__(self, parts: list[bytes | float]) -> None:
@@ -342,26 +359,42 @@ class _SlowStream(httpx.SyncByteStream):
         self.closed = True
 
 
+@functools.cache
+def _slow_stream_type(http: Any) -> type[_SlowStream]:
+    """_SlowStream made the library's SyncByteStream: a client accepts only its own library's."""
+    return type("_SlowStream", (_SlowStream, http.SyncByteStream), {})
+
+
+def _slow_stream(http: Any, parts: list[bytes | float]) -> _SlowStream:
+    return _slow_stream_type(http)(parts)
+
+
 def _mock(
-    parts: list[bytes | float], headers: dict[str, str] = SSE_HEADERS
-) -> httpx.MockTransport:
-    return httpx.MockTransport(
-        lambda request: httpx.Response(200, headers=headers, stream=_SlowStream(parts))
+    flavor: Flavor, parts: list[bytes | float], headers: dict[str, str] = SSE_HEADERS
+) -> Any:
+    """The flavor's MockTransport answering every request with `parts`, paused as given."""
+    http = flavor.http
+    return http.MockTransport(
+        lambda request: http.Response(200, headers=headers, stream=_slow_stream(http, parts))
     )
 
 
 def test_stall_without_a_socket_is_raised_when_the_next_bytes_arrive(
-    watchdog_client: ClientFactory,
+    flavor: Flavor, watchdog_client: ClientFactory
 ) -> None:
     """With a mocked inner transport a stall cannot be cut, but the next bytes raise it."""
-    inner = _mock([_event("a"), 0.8, b": keepalive\n\n", _event("b")])
+    inner = _mock(flavor, [_event("a"), 0.8, b": keepalive\n\n", _event("b")])
     client = watchdog_client(stale=0.3, inner=inner)
     with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as response:
-        with pytest.raises(StreamStalled):
+        with pytest.raises(StreamStalled) as info:
             for _ in response.iter_raw():
                 pass
+    _assert_flavor_stall(flavor, info.value)
 
 
+# httpx only: respx patches httpcore, never httpcore2. The behaviour itself (a stall
+# raised with no socket to cut) runs on both flavors in the MockTransport test above.
+@pytest.mark.parametrize("flavor", ["httpx"], indirect=True)
 def test_respx_mock_below_the_transport_sees_the_watchdog_run(
     watchdog_client: ClientFactory,
 ) -> None:
@@ -369,7 +402,9 @@ def test_respx_mock_below_the_transport_sees_the_watchdog_run(
     with respx.mock:
         respx.post("http://api.test/v1/chat/completions").mock(
             return_value=httpx.Response(
-                200, headers=SSE_HEADERS, stream=_SlowStream([_event("a"), 0.8, _event("b")])
+                200,
+                headers=SSE_HEADERS,
+                stream=_slow_stream(httpx, [_event("a"), 0.8, _event("b")]),
             )
         )
         client = watchdog_client(stale=0.3)
@@ -380,20 +415,22 @@ def test_respx_mock_below_the_transport_sees_the_watchdog_run(
 
 
 def test_malformed_sse_passes_up_and_never_crashes_the_watchdog(
-    watchdog_client: ClientFactory,
+    flavor: Flavor, watchdog_client: ClientFactory
 ) -> None:
     """Garbage in an event-stream body reaches the caller unchanged."""
     garbage = [bytes(range(256)), b"\r\r\n\n:::\x00data", b"\xff\xfe" * 1000, _event("ok")]
-    client = watchdog_client(stale=5.0, inner=_mock(list(garbage)))
+    client = watchdog_client(stale=5.0, inner=_mock(flavor, list(garbage)))
     with client.stream("POST", "http://mock/v1/chat/completions", json=chat_body()) as response:
         assert b"".join(response.iter_raw()) == b"".join(garbage)
 
 
-def test_held_bytes_are_capped_before_the_first_event(watchdog_client: ClientFactory) -> None:
+def test_held_bytes_are_capped_before_the_first_event(
+    flavor: Flavor, watchdog_client: ClientFactory
+) -> None:
     """A body that sends megabytes before any event is handed up once the hold limit is reached."""
     filler = b":" + b"x" * (64 * 1024 - 1)  # one endless comment line
     parts: list[bytes | float] = [filler] * 64  # 4 MiB
-    client = watchdog_client(stale=5.0, inner=_mock(parts))
+    client = watchdog_client(stale=5.0, inner=_mock(flavor, parts))
     seen = []
     original = transport_module.WatchedStream.await_first_event
 
@@ -410,19 +447,20 @@ def test_held_bytes_are_capped_before_the_first_event(watchdog_client: ClientFac
     assert seen == [transport_module.HOLD_LIMIT]
 
 
-def test_a_huge_line_does_not_grow_memory(watchdog_client: ClientFactory) -> None:
+def test_a_huge_line_does_not_grow_memory(flavor: Flavor, watchdog_client: ClientFactory) -> None:
     """100 MB of one unterminated line stream through with small, bounded memory."""
     block = b"y" * (1024 * 1024)
+    http = flavor.http
 
-    class Endless(httpx.SyncByteStream):
+    class Endless(http.SyncByteStream):
         def __iter__(self) -> Iterator[bytes]:
             yield _event("first")
             yield b"data: "
             for _ in range(100):
                 yield block
 
-    inner = httpx.MockTransport(
-        lambda request: httpx.Response(200, headers=SSE_HEADERS, stream=Endless())
+    inner = http.MockTransport(
+        lambda request: http.Response(200, headers=SSE_HEADERS, stream=Endless())
     )
     client = watchdog_client(stale=30.0, inner=inner)
     tracemalloc.start()
@@ -467,14 +505,14 @@ def test_the_watchdog_thread_never_closes_a_socket(
     assert threading.current_thread().name in closers
 
 
-def test_many_open_streams_share_one_watchdog_thread(server: FaultServer) -> None:
+def test_many_open_streams_share_one_watchdog_thread(flavor: Flavor, server: FaultServer) -> None:
     """Thirty streams open at once add one thread to the process at most: the watchdog."""
     server.scenario = Scenario.comments_after(1, interval=0.1)
-    transport = WatchdogTransport(
-        policy=StreamPolicy(stale_timeout=1.0), limits=httpx.Limits(max_connections=40)
+    transport = flavor.WatchdogTransport(
+        policy=StreamPolicy(stale_timeout=1.0), limits=flavor.http.Limits(max_connections=40)
     )
     before = {t.ident for t in threading.enumerate()}
-    with httpx.Client(transport=transport) as client:
+    with flavor.http.Client(transport=transport) as client:
         responses = [_post_stream(client, server) for _ in range(30)]
         added = [
             t
@@ -506,15 +544,15 @@ def test_progress_is_lazy_rearming_not_a_heap_push_per_event(
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: WatchdogTransport(http2=True),
-        lambda: WatchdogTransport(httpx.HTTPTransport(http2=True)),
+        lambda flavor: flavor.WatchdogTransport(http2=True),
+        lambda flavor: flavor.WatchdogTransport(flavor.http.HTTPTransport(http2=True)),
     ],
     ids=["kwarg", "inner"],
 )
-def test_http2_is_refused_with_a_reason(build: object) -> None:
+def test_http2_is_refused_with_a_reason(flavor: Flavor, build: Any) -> None:
     """HTTP/2 is refused: one socket shutdown would kill every sibling stream."""
     with pytest.raises(ValueError, match="HTTP/2"):
-        build()  # type: ignore[operator]
+        build(flavor)
 
 
 def test_transport_settings_with_an_inner_transport_are_refused() -> None:
@@ -538,13 +576,13 @@ def test_policy_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     transport.close()
 
 
-def test_settings_reach_the_built_transport(server: FaultServer) -> None:
+def test_settings_reach_the_built_transport(flavor: Flavor, server: FaultServer) -> None:
     """Connection settings such as limits and socket options configure the inner transport."""
-    transport = WatchdogTransport(
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
+    transport = flavor.WatchdogTransport(
+        limits=flavor.http.Limits(max_connections=1, max_keepalive_connections=0),
         policy=StreamPolicy(stale_timeout=5.0),
     )
-    with httpx.Client(transport=transport) as client:
+    with flavor.http.Client(transport=transport) as client:
         for _ in range(2):
             client.post(server.base_url + "/chat/completions", json=chat_body(stream=False))
     assert server.connections_opened == 2  # no keep-alive allowed
@@ -577,27 +615,33 @@ def test_stalls_and_resends_are_logged_without_secrets(
 # --- TLS: the guarded handshake keeps every check -------------------------------------------
 
 
-def test_tls_stream_is_watched_and_verified(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+def test_tls_stream_is_watched_and_verified(
+    flavor: Flavor, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
     """Over TLS a stall is cut as over TCP, with the certificate verified as usual."""
     with FaultServer(Scenario.comments_after(1), ssl_context=tls[0]) as server:
-        client = httpx.Client(
-            transport=WatchdogTransport(policy=StreamPolicy(stale_timeout=0.3), verify=tls[1])
+        client = flavor.http.Client(
+            transport=flavor.WatchdogTransport(
+                policy=StreamPolicy(stale_timeout=0.3), verify=tls[1]
+            )
         )
-        with client, pytest.raises(StreamStalled):
+        with client, pytest.raises(StreamStalled) as info:
             _read_all(_post_stream(client, server))
+    _assert_flavor_stall(flavor, info.value)
 
 
 @pytest.mark.parametrize("hostname", ["127.0.0.1", "localhost"])
 def test_tls_certificate_errors_still_fail_the_connection(
-    tls: tuple[ssl.SSLContext, ssl.SSLContext], hostname: str
+    flavor: Flavor, tls: tuple[ssl.SSLContext, ssl.SSLContext], hostname: str
 ) -> None:
-    """An untrusted certificate fails with httpx.ConnectError, exactly as without the watchdog."""
+    """An untrusted certificate fails with the library's ConnectError, exactly as without the watchdog."""
+    http = flavor.http
     with FaultServer(Scenario.healthy(), ssl_context=tls[0]) as server:
         url = server.base_url.replace("127.0.0.1", hostname) + "/chat/completions"
-        with httpx.Client(transport=WatchdogTransport(verify=True)) as client:
-            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        with http.Client(transport=flavor.WatchdogTransport(verify=True)) as client:
+            with pytest.raises(http.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 client.post(url, json=chat_body())
-        with httpx.Client(transport=WatchdogTransport(verify=tls[1])) as client:
+        with http.Client(transport=flavor.WatchdogTransport(verify=tls[1])) as client:
             assert b"[DONE]" in client.post(url, json=chat_body()).content
 
 
@@ -621,7 +665,7 @@ def test_a_socket_closed_by_another_thread_mid_request_is_closed_after_it(
 
 
 def test_a_close_by_the_owner_thread_is_immediate(
-    server: FaultServer, watchdog_client: ClientFactory
+    flavor: Flavor, server: FaultServer, watchdog_client: ClientFactory
 ) -> None:
     """The owner thread closing its own connection is never deferred."""
     server.scenario = Scenario.silent_after(1)
@@ -629,7 +673,7 @@ def test_a_close_by_the_owner_thread_is_immediate(
     network_stream = response.extensions["network_stream"]
     network_stream.close()
     assert network_stream.get_extra_info("socket").fileno() == -1
-    with pytest.raises(httpx.ReadError):
+    with pytest.raises(flavor.http.ReadError):
         _read_all(response)
 
 
@@ -664,13 +708,14 @@ def _close_delimited_server(events: int) -> Iterator[str]:
 
 @pytest.mark.parametrize(("events", "stage"), [(0, "first_event"), (1, "mid_stream")])
 def test_a_killed_close_delimited_body_raises_instead_of_ending(
-    watchdog_client: ClientFactory, events: int, stage: str
+    flavor: Flavor, watchdog_client: ClientFactory, events: int, stage: str
 ) -> None:
     """A body delimited by the connection close does not pass for complete when the watchdog cut it."""
     with _close_delimited_server(events) as url:
         client = watchdog_client(stale=0.4, retries=0)
         with pytest.raises(StreamStalled) as info:
             _read_all(_post_stream(client, url))
+    _assert_flavor_stall(flavor, info.value)
     assert info.value.stage == stage
 
 
@@ -703,10 +748,12 @@ def test_a_dropped_response_runs_its_deferred_close(
 
 
 def test_a_streaming_request_answered_without_an_event_stream_is_not_timed(
-    watchdog_client: ClientFactory,
+    flavor: Flavor, watchdog_client: ClientFactory
 ) -> None:
     """A JSON answer to a streaming request is read at its own pace: no budget applies to it."""
-    inner = _mock([b'{"error": ', 0.5, b'"slow"}'], headers={"content-type": "application/json"})
+    inner = _mock(
+        flavor, [b'{"error": ', 0.5, b'"slow"}'], headers={"content-type": "application/json"}
+    )
     client = watchdog_client(stale=0.2, first=0.2, inner=inner)
     response = client.post("http://mock/v1/chat/completions", json=chat_body())
     assert response.json() == {"error": "slow"}
