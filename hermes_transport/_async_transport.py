@@ -160,6 +160,8 @@ _AsyncInner = TypeVar("_AsyncInner", bound=AsyncInner)
 class AsyncWatchdog(Shell[_AsyncInner]):
     """The async transport of any flavor; subclasses name their HTTP library."""
 
+    _inner_method = "handle_async_request"
+
     def _setup(
         self,
         inner: _AsyncInner | None,

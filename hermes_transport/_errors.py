@@ -8,11 +8,11 @@ code written for plain httpx::
     ├── httpx.TransportError
     │   ├── httpx.TimeoutException
     │   │   └── httpx.ReadTimeout ──────┐
-    │   └── httpx.ProtocolError         ├── StreamStalled ──────────────┐
-    │       └── httpx.RemoteProtocolError ┘                             │
-    ├── httpx2.TransportError                                            ├── httpx2.StreamStalled
-    │   ├── ... httpx2.ReadTimeout ─────────────────────────────────────┤   (hermes_transport.httpx2)
-    │   └── ... httpx2.RemoteProtocolError ─────────────────────────────┘
+    │   └── httpx.ProtocolError         ├── StreamStalled ─────────┐
+    │       └── httpx.RemoteProtocolError ┘                        │
+    ├── httpx2.TransportError                                       ├── httpx2's StreamStalled
+    │   ├── ... httpx2.ReadTimeout ────────────────────────────────┤
+    │   └── ... httpx2.RemoteProtocolError ────────────────────────┘
     └── OSError
         └── InterruptedError
             └── StreamInterrupted         (one class for both flavors)

@@ -23,7 +23,7 @@ from ._errors import (
     interrupted_before_response,
     stall_for_caller,
 )
-from ._flavor import Flavor
+from ._flavor import Flavor, library_of
 from ._guard import Guard
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
@@ -156,9 +156,33 @@ class _ForeignConnection:
 
 
 def check_settings(
-    transport: str, inner: object, policy: object, interrupt: object, settings: dict[str, Any]
+    transport: str,
+    inner: object,
+    policy: object,
+    interrupt: object,
+    settings: dict[str, Any],
+    flavor: Flavor,
+    method: str,
 ) -> None:
-    """Validate a transport's constructor arguments; the message names the culprit."""
+    """Validate a transport's constructor arguments; the message names the culprit.
+
+    ``method`` is what the shell calls on ``inner`` (``handle_request`` or
+    ``handle_async_request``).
+    """
+    if inner is not None:
+        library = library_of(inner)
+        if library is not None and library != flavor.name:
+            home = "hermes_transport" + ("" if library == "httpx" else f".{library}")
+            raise TypeError(
+                f"{transport} runs on {flavor.name}, but inner is an {library} transport"
+                f" ({type(inner).__name__}): use {home}.{transport} with it, or give an"
+                f" {flavor.name} inner transport"
+            )
+        if not callable(getattr(inner, method, None)):
+            raise TypeError(
+                f"inner must be a transport with {method}() ({transport} is"
+                f" {'async' if 'async' in method else 'sync'}), got {inner!r}"
+            )
     if inner is not None and settings:
         raise TypeError(
             f"{transport} got {', '.join(sorted(settings))} together"
@@ -183,6 +207,7 @@ class Shell(Generic[_Inner]):
     """
 
     _flavor: ClassVar[Flavor]
+    _inner_method: ClassVar[str]  # what the shell calls on its inner transport
     _inner: _Inner
     _policy: StreamPolicy
     _interrupt: Interrupt | None
@@ -201,7 +226,7 @@ class Shell(Generic[_Inner]):
         """Build (``http_transport(**settings)``) or take the inner transport, and
         let guards reach its sockets when it is an ``http_transport`` over a ``pool``."""
         name = type(self).__name__
-        check_settings(name, inner, policy, interrupt, settings)
+        check_settings(name, inner, policy, interrupt, settings, self._flavor, self._inner_method)
         self._inner = inner if inner is not None else http_transport(**settings)
         self._sockets_reachable = track_sockets(
             self._inner, http_transport, pool, tracking_backend, name

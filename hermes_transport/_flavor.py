@@ -14,6 +14,7 @@ optional and imported only when its flavor is asked for.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -24,7 +25,15 @@ import httpx
 
 from ._errors import StreamStalled
 
-__all__ = ["HTTPX", "Flavor", "FlavorName", "concrete", "flavor_named", "native_flavor"]
+__all__ = [
+    "HTTPX",
+    "Flavor",
+    "FlavorName",
+    "concrete",
+    "flavor_named",
+    "library_of",
+    "native_flavor",
+]
 
 FlavorName = Literal["httpx", "httpx2"]
 FLAVOR_NAMES: tuple[FlavorName, ...] = ("httpx", "httpx2")
@@ -103,6 +112,17 @@ def native_flavor() -> FlavorName:
     if isinstance(native, type) and issubclass(native, httpx.Client):
         return "httpx"
     return "httpx2"
+
+
+def library_of(transport: object) -> FlavorName | None:
+    """Which HTTP library's transport ``transport`` is, if it is one of theirs."""
+    for name in FLAVOR_NAMES:
+        module = sys.modules.get(name)  # a library never imported made no transport
+        if module is not None and isinstance(
+            transport, (module.BaseTransport, module.AsyncBaseTransport)
+        ):
+            return name
+    return None
 
 
 @functools.cache

@@ -111,6 +111,8 @@ _SyncInner = TypeVar("_SyncInner", bound=SyncInner)
 class SyncWatchdog(Shell[_SyncInner]):
     """The sync transport of any flavor; subclasses name their HTTP library."""
 
+    _inner_method = "handle_request"
+
     def _setup(
         self,
         inner: _SyncInner | None,

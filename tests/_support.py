@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import os
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,9 @@ class Flavor:
 def load_flavor(name: str) -> Flavor:
     """The tests' view of flavor ``name``."""
     http = importlib.import_module(name)
-    ours = hermes_transport if name == "httpx" else importlib.import_module("hermes_transport.httpx2")
+    ours = (
+        hermes_transport if name == "httpx" else importlib.import_module("hermes_transport.httpx2")
+    )
     return Flavor(
         name,
         http,
@@ -73,8 +76,8 @@ def load_flavor(name: str) -> Flavor:
     )
 
 
-#: Every flavor: the behavioural tests of the transports run on each.
-FLAVORS = ("httpx", "httpx2")
+#: Every flavor installed (httpx2 needs Python 3.11+): the behavioural tests run on each.
+FLAVORS = tuple(name for name in ("httpx", "httpx2") if importlib.util.find_spec(name))
 #: The flavors the installed openai SDK accepts an http_client of (httpx2 from 3.x).
 OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 SDK_FLAVORS = FLAVORS if OPENAI_MAJOR >= 3 else ("httpx",)

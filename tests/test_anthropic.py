@@ -7,15 +7,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import anthropic
-import httpx2
 import pytest
 
 from hermes_transport import StreamPolicy, StreamStalled
-from hermes_transport import httpx2 as ht2
 from hermes_transport.testing import MESSAGES_PATH, FaultServer, Scenario
 
 from _support import PROMPT, Flavor
+
+# anthropic 2.x and httpx2 need Python 3.11+.
+anthropic = pytest.importorskip("anthropic")
+httpx2 = pytest.importorskip("httpx2")
+ht2 = pytest.importorskip("hermes_transport.httpx2")
 
 MESSAGE = {
     "model": "claude-test",

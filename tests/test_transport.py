@@ -27,7 +27,7 @@ from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import ClientFactory, Flavor, chat_body
+from _support import FLAVORS, ClientFactory, Flavor, chat_body, load_flavor
 
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
@@ -553,6 +553,40 @@ def test_http2_is_refused_with_a_reason(flavor: Flavor, build: Any) -> None:
     """HTTP/2 is refused: one socket shutdown would kill every sibling stream."""
     with pytest.raises(ValueError, match="HTTP/2"):
         build(flavor)
+
+
+@pytest.mark.parametrize("inner_library", FLAVORS)
+@pytest.mark.parametrize("outer_is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("inner_is_async", [False, True], ids=["sync-inner", "async-inner"])
+@pytest.mark.parametrize("inner_is_ours", [False, True], ids=["http", "watchdog"])
+def test_an_inner_transport_of_the_other_library_or_kind_is_refused_by_name(
+    flavor: Flavor,
+    inner_library: str,
+    outer_is_async: bool,
+    inner_is_async: bool,
+    inner_is_ours: bool,
+) -> None:
+    """An inner transport of the other HTTP library, or of the other kind (sync/async), is a
+    TypeError naming both, not a bare assertion deep in the client at the first request."""
+    other = load_flavor(inner_library)
+    if inner_is_ours:
+        inner = (other.AsyncWatchdogTransport if inner_is_async else other.WatchdogTransport)()
+    else:
+        inner = (other.http.AsyncHTTPTransport if inner_is_async else other.http.HTTPTransport)()
+    outer = flavor.AsyncWatchdogTransport if outer_is_async else flavor.WatchdogTransport
+    if inner_library == flavor.name and inner_is_async == outer_is_async:
+        assert outer(inner).inner is inner  # the right library and kind: accepted
+    elif inner_library != flavor.name:
+        home = "hermes_transport" if inner_library == "httpx" else "hermes_transport.httpx2"
+        with pytest.raises(TypeError) as info:
+            outer(inner)
+        message = str(info.value)
+        assert f"runs on {flavor.name}, but inner is an {inner_library} transport" in message
+        assert f"{home}.{outer.__name__}" in message
+    else:
+        method = "handle_async_request" if outer_is_async else "handle_request"
+        with pytest.raises(TypeError, match=rf"inner must be a transport with {method}\(\)"):
+            outer(inner)
 
 
 def test_transport_settings_with_an_inner_transport_are_refused() -> None:
