@@ -353,7 +353,8 @@ def _sdk_client(
         name: openai_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in openai_kwargs
     }
     http_client = openai_kwargs.pop("http_client", None)
-    if http_client is None:
+    built = http_client is None
+    if built:
         build = clients.async_ if is_async else clients.sync
         http_client = build(
             factory,
@@ -380,8 +381,17 @@ def _sdk_client(
         policy = given.policy if given is not None else transport_policy(http_client)
     if interrupt is None and given is not None:
         interrupt = given.interrupt
-    openai_kwargs.setdefault("timeout", default_timeout(policy, _flavor_of(http_client, clients)))
-    client = sdk_class(http_client=http_client, **openai_kwargs)
+    openai_kwargs.setdefault(
+        "timeout", default_timeout(policy, flavor_of(http_client, clients.flavor))
+    )
+    try:
+        client = sdk_class(http_client=http_client, **openai_kwargs)
+    except BaseException:
+        # Ours, and refused (httpx2 on openai 1.x, say): it must not leak. An async one
+        # has no sync close, and has opened nothing yet.
+        if built and hasattr(http_client, "close"):
+            http_client.close()
+        raise
     _profiles[client] = ClientProfile(
         inline=should_stream_inline(choice.platform, choice.api_mode, choice.provider),
         policy=policy,
@@ -390,13 +400,14 @@ def _sdk_client(
     return client
 
 
-def _flavor_of(http_client: object, fallback: ClientFactory) -> Flavor:
-    """The flavor whose client ``http_client`` is (its ``Timeout`` is the one it takes)."""
+def flavor_of(http_client: object, fallback: Flavor = HTTPX) -> Flavor:
+    """The flavor whose client ``http_client`` is (its ``Timeout`` and errors are the ones
+    it takes and raises); ``fallback`` for anything else."""
     for clients in _client_factories.values():
         http = clients.flavor.http
         if isinstance(http_client, (http.Client, http.AsyncClient)):
             return clients.flavor
-    return fallback.flavor
+    return fallback
 
 
 def transport_policy(http_client: object) -> StreamPolicy:

@@ -22,11 +22,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from ._calls import Call, bind_call
 from ._errors import StallHandoff, StreamInterrupted, StreamStalled
-from ._factory import profile_of, transport_policy
+from ._factory import flavor_of, profile_of, transport_policy
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
 
@@ -191,7 +189,9 @@ class _Run:
 
     def result(self) -> ChatCompletion:
         if not self.chunks:
-            raise httpx.RemoteProtocolError("the stream ended without a single chunk")
+            # The HTTP library's own protocol error, as for any other broken stream.
+            http = flavor_of(getattr(self.job.client, "_client", None)).http
+            raise http.RemoteProtocolError("the stream ended without a single chunk")
         return _assembled(self.state)
 
     def failure(self, exc: Exception) -> BaseException | None:

@@ -78,9 +78,12 @@ def load_flavor(name: str) -> Flavor:
 
 #: Every flavor installed (httpx2 needs Python 3.11+): the behavioural tests run on each.
 FLAVORS = tuple(name for name in ("httpx", "httpx2") if importlib.util.find_spec(name))
-#: The flavors the installed openai SDK accepts an http_client of (httpx2 from 3.x).
 OPENAI_MAJOR = int(openai.__version__.split(".")[0])
-SDK_FLAVORS = FLAVORS if OPENAI_MAJOR >= 3 else ("httpx",)
+#: The flavors the installed openai SDK accepts an http_client of: httpx2 from the 2.x
+#: releases that know it (they have DefaultHttpx2Client; 3.x builds on it), httpx always.
+SDK_FLAVORS = (
+    FLAVORS if OPENAI_MAJOR >= 3 or hasattr(openai, "DefaultHttpx2Client") else ("httpx",)
+)
 
 
 def chat_body(stream: bool = True, **extra: Any) -> dict[str, Any]:

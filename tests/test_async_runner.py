@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import threading
 import time
@@ -13,19 +14,17 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
-import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
+from test_factory import NATIVE, in_flavor
 
 from hermes_transport import (
-    AsyncWatchdogTransport,
     Interrupt,
     StreamInterrupted,
     StreamPolicy,
     StreamStalled,
     astream_chat_completion,
-    async_http_client_for,
     async_openai_client_for,
     openai_client_for,
     stream_chat_completion,
@@ -34,12 +33,11 @@ from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, pr
 from hermes_transport._loop_watchdog import loop_watchdog
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
-from _support import CONNECTION_SETTINGS, chat_body
+from _support import CONNECTION_SETTINGS, OPENAI_MAJOR, Flavor, chat_body
 
 pytestmark = pytest.mark.anyio
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 STALE = 0.3
 # Interrupt or cancel to return: milliseconds are the target; machines are shared and noisy.
 # (openai 1.x also sleeps its retry back-off before it gives up on an interrupt raised before
@@ -73,14 +71,36 @@ def _sdk_abandons_async_generators(anyio_backend: str) -> None:
         _ignore_abandoned_async_generators()
 
 
-def _client(server: FaultServer, platform: str = "cron", **kwargs: Any) -> openai.AsyncOpenAI:
+def _client(
+    server: FaultServer, flavor: Flavor, platform: str = "cron", **kwargs: Any
+) -> openai.AsyncOpenAI:
+    """A factory client of `flavor` on the fault server."""
     kwargs.setdefault("policy", StreamPolicy(stale_timeout=STALE, retries=2))
-    return async_openai_client_for(platform, base_url=server.base_url, api_key="x", **kwargs)
+    return async_openai_client_for(
+        platform, base_url=server.base_url, api_key="x", flavor=flavor.name, **kwargs
+    )
 
 
-def _patient(server: FaultServer, **kwargs: Any) -> openai.AsyncOpenAI:
+def _patient(server: FaultServer, flavor: Flavor, **kwargs: Any) -> openai.AsyncOpenAI:
     """A client whose watchdog never fires during a test: only interrupts and cancels end calls."""
-    return _client(server, policy=StreamPolicy(stale_timeout=60.0, retries=2), **kwargs)
+    return _client(server, flavor, policy=StreamPolicy(stale_timeout=60.0, retries=2), **kwargs)
+
+
+@pytest.fixture
+def _non_native_flavor_on_asyncio_only(sdk_flavor: Flavor, anyio_backend: str) -> None:
+    """Skip trio on a flavor the installed openai does not build on natively, for SLOW tests.
+
+    The flavors double the slow tests where openai takes both; run pairwise they keep the
+    suite inside its time budget: asyncio runs them on both flavors, trio on the one the
+    installed openai builds on (httpx2 on 3.x, httpx before), so only trio on the other
+    flavor is left out.
+    """
+    if anyio_backend == "trio" and sdk_flavor.name != NATIVE:
+        pytest.skip("slow: trio runs it on the native flavor only")
+
+
+# Tests bound by stall budgets or timers (a third of a second or more a run).
+SLOW = pytest.mark.usefixtures("_non_native_flavor_on_asyncio_only")
 
 
 def _text(chunk: ChatCompletionChunk) -> str:
@@ -123,11 +143,11 @@ def _assert_nothing_armed() -> None:
 
 @pytest.mark.parametrize("platform", ["cron", "cli"])
 async def test_content_tool_calls_finish_and_usage_are_assembled(
-    server: FaultServer, platform: str
+    server: FaultServer, sdk_flavor: Flavor, platform: str
 ) -> None:
     """The SDK's accumulator assembles content, tool calls, finish reason and usage into a ChatCompletion."""
     server.scenario = replace(Scenario.healthy(), tool_call=True)
-    async with _client(server, platform) as client:
+    async with _client(server, sdk_flavor, platform) as client:
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
     message = completion.choices[0].message
     assert message.content == "hello world"
@@ -142,18 +162,20 @@ async def test_content_tool_calls_finish_and_usage_are_assembled(
 
 @pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
 async def test_truncated_finishes_are_returned_not_raised(
-    server: FaultServer, finish_reason: str
+    server: FaultServer, sdk_flavor: Flavor, finish_reason: str
 ) -> None:
     """A `length` or `content_filter` finish is a result, unlike in the SDK's parse helpers."""
     server.scenario = replace(Scenario.healthy(), finish_reason=finish_reason)
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
     assert completion.choices[0].finish_reason == finish_reason
     assert completion.choices[0].message.content == "hello world"
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_on_delta_sees_every_chunk_in_order(server: FaultServer, kind: str) -> None:
+async def test_on_delta_sees_every_chunk_in_order(
+    server: FaultServer, sdk_flavor: Flavor, kind: str
+) -> None:
     """on_delta (a function, or a coroutine function awaited before the next chunk) sees every chunk once, in order."""
     server.scenario = Scenario.healthy(content=("a", "b", "c"))
     log: list[str] = []
@@ -167,7 +189,7 @@ async def test_on_delta_sees_every_chunk_in_order(server: FaultServer, kind: str
         log.append(_text(chunk))
 
     on_delta = sync_delta if kind == "sync" else async_delta
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         completion = await astream_chat_completion(
             client, model="m", messages=MESSAGES, on_delta=on_delta
         )
@@ -178,9 +200,9 @@ async def test_on_delta_sees_every_chunk_in_order(server: FaultServer, kind: str
     assert len(seen) == 4  # three pieces, then the finish chunk carrying usage
 
 
-async def test_always_streams_on_the_wire(server: FaultServer) -> None:
+async def test_always_streams_on_the_wire(server: FaultServer, sdk_flavor: Flavor) -> None:
     """The request says stream=True; stream=False is refused before anything is sent."""
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         await astream_chat_completion(client, model="m", messages=MESSAGES)
         with pytest.raises(ValueError, match="always streams"):
             await astream_chat_completion(client, model="m", messages=MESSAGES, stream=False)
@@ -191,10 +213,10 @@ async def test_always_streams_on_the_wire(server: FaultServer) -> None:
     "interrupt", [threading.Event(), "stop", object()], ids=["event", "str", "object"]
 )
 async def test_an_interrupt_that_is_not_an_interrupt_is_refused(
-    server: FaultServer, interrupt: object
+    server: FaultServer, sdk_flavor: Flavor, interrupt: object
 ) -> None:
     """interrupt= must be an Interrupt: anything else is a TypeError, and nothing is sent."""
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         with pytest.raises(TypeError, match="Interrupt"):
             await astream_chat_completion(
                 client,
@@ -205,29 +227,36 @@ async def test_an_interrupt_that_is_not_an_interrupt_is_refused(
     assert server.requests == []
 
 
-async def test_a_plain_async_client_uses_its_transports_policy(server: FaultServer) -> None:
-    """A plain AsyncOpenAI over an AsyncWatchdogTransport works, with the transport's budgets."""
-    transport = AsyncWatchdogTransport(policy=StreamPolicy(stale_timeout=STALE, retries=0))
+@SLOW
+async def test_a_plain_async_client_uses_its_transports_policy(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
+    """A plain AsyncOpenAI over the flavor's AsyncWatchdogTransport works, with the transport's budgets."""
+    policy = StreamPolicy(stale_timeout=STALE, retries=0)
+    http_client = sdk_flavor.http.AsyncClient(
+        transport=sdk_flavor.AsyncWatchdogTransport(policy=policy)
+    )
     async with openai.AsyncOpenAI(
-        base_url=server.base_url, api_key="x", http_client=httpx.AsyncClient(transport=transport)
+        base_url=server.base_url, api_key="x", http_client=http_client
     ) as client:
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
         assert completion.choices[0].message.content == "hello world"
         server.scenario = Scenario.comments_after(1)
-        with pytest.raises(StreamStalled):  # no re-send: the environment's policy has two
+        with pytest.raises(StreamStalled) as info:  # no re-send: the environment's has two
             await astream_chat_completion(client, model="m", messages=MESSAGES)
     assert len(server.requests) == 2
+    assert type(info.value) is sdk_flavor.StreamStalled
 
 
 @pytest.mark.parametrize(
     ("status", "error"), [(400, openai.BadRequestError), (500, openai.InternalServerError)]
 )
 async def test_status_errors_pass_through(
-    server: FaultServer, status: int, error: type[openai.APIStatusError]
+    server: FaultServer, sdk_flavor: Flavor, status: int, error: type[openai.APIStatusError]
 ) -> None:
     """SDK errors that are not stalls or interrupts reach the caller as the SDK raised them."""
     server.scenario = Scenario.error(status)
-    async with _client(server, max_retries=0) as client:
+    async with _client(server, sdk_flavor, max_retries=0) as client:
         with pytest.raises(error):
             await astream_chat_completion(client, model="m", messages=MESSAGES)
     assert len(server.requests) == 1
@@ -236,13 +265,14 @@ async def test_status_errors_pass_through(
 # --- stalls: re-sends, one budget, one error -----------------------------------------------
 
 
+@SLOW
 async def test_a_stall_before_the_first_event_is_re_sent_by_the_transport(
-    server: FaultServer, sdk_retries: list[int]
+    server: FaultServer, sdk_flavor: Flavor, sdk_retries: list[int]
 ) -> None:
     """A stream silent before its first event is sent again after the budget, unseen by the SDK."""
     server.scenario = Scenario.stall_first(1)
     started = time.monotonic()
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
     assert time.monotonic() - started >= STALE
     assert completion.choices[0].message.content == "hello world"
@@ -254,18 +284,22 @@ async def _bare_delta(chunk: ChatCompletionChunk) -> None:
     await anyio.sleep(0)
 
 
+@SLOW
 @pytest.mark.parametrize(
     ("on_delta", "first"),
     [(None, "hello"), (_bare_delta, "")],
     ids=["no-consumer", "consumer-saw-a-bare-role-delta"],
 )
 async def test_a_mid_stream_stall_nobody_saw_is_re_sent_without_duplicating_text(
-    server: FaultServer, on_delta: Callable[[ChatCompletionChunk], Any] | None, first: str
+    server: FaultServer,
+    sdk_flavor: Flavor,
+    on_delta: Callable[[ChatCompletionChunk], Any] | None,
+    first: str,
 ) -> None:
     """A stall after a first event that showed no consumer any text is re-sent, and the reply is assembled once."""
     stall = replace(Scenario.comments_after(1), content=(first, "x"))
     server.scenario = Scenario.stall_first(1, stall=stall)
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         completion = await astream_chat_completion(
             client, model="m", messages=MESSAGES, on_delta=on_delta
         )
@@ -273,9 +307,10 @@ async def test_a_mid_stream_stall_nobody_saw_is_re_sent_without_duplicating_text
     assert len(server.requests) == 2
 
 
+@SLOW
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_mid_stream_stall_after_text_was_delivered_raises(
-    server: FaultServer, kind: str
+    server: FaultServer, sdk_flavor: Flavor, kind: str
 ) -> None:
     """Text shown to the caller is never duplicated: the stall raises StreamStalled at once, not re-sent."""
     server.scenario = Scenario.comments_after(1)
@@ -287,7 +322,7 @@ async def test_a_mid_stream_stall_after_text_was_delivered_raises(
     def sync_delta(chunk: ChatCompletionChunk) -> None:
         seen.append(_text(chunk))
 
-    async with _client(server) as client:
+    async with _client(server, sdk_flavor) as client:
         with pytest.raises(StreamStalled) as info:
             await astream_chat_completion(
                 client,
@@ -300,6 +335,7 @@ async def test_a_mid_stream_stall_after_text_was_delivered_raises(
     assert len(server.requests) == 1
 
 
+@SLOW
 @pytest.mark.parametrize(
     ("scenario", "retries", "stage"),
     [
@@ -311,30 +347,35 @@ async def test_a_mid_stream_stall_after_text_was_delivered_raises(
 )
 async def test_attempts_never_exceed_the_budget_and_end_in_stream_stalled(
     server: FaultServer,
+    sdk_flavor: Flavor,
     sdk_retries: list[int],
     scenario: Scenario,
     retries: int,
     stage: str,
 ) -> None:
-    """Transport, runner and SDK re-sends share one budget of retries + 1 attempts, and the error is a bare StreamStalled on every openai major."""
+    """Transport, runner and SDK re-sends share one budget of retries + 1 attempts, and the error is the flavor's own bare StreamStalled on every openai major."""
     server.scenario = scenario
     policy = StreamPolicy(stale_timeout=STALE, retries=retries)
-    async with _client(server, policy=policy) as client:  # the SDK's default max_retries=2
+    # The SDK's default max_retries=2.
+    async with _client(server, sdk_flavor, policy=policy) as client:
         with pytest.raises(StreamStalled) as info:
             await astream_chat_completion(client, model="m", messages=MESSAGES)
     assert len(server.requests) == retries + 1
     assert info.value.stage == stage
     assert info.value.attempts == retries + 1
-    assert type(info.value) is StreamStalled
+    assert type(info.value) is sdk_flavor.StreamStalled
     assert not isinstance(info.value, openai.OpenAIError)
     if OPENAI_MAJOR >= 2:
         assert sdk_retries == [], "the SDK retried a stall whose budget was spent"
 
 
-async def test_a_new_call_gets_a_fresh_budget(server: FaultServer) -> None:
+@SLOW
+async def test_a_new_call_gets_a_fresh_budget(server: FaultServer, sdk_flavor: Flavor) -> None:
     """The re-send budget belongs to one call: the next call on the client may re-send again."""
     server.scenario = Scenario.stall_first(1)
-    async with _client(server, policy=StreamPolicy(stale_timeout=STALE, retries=1)) as client:
+    async with _client(
+        server, sdk_flavor, policy=StreamPolicy(stale_timeout=STALE, retries=1)
+    ) as client:
         await astream_chat_completion(client, model="m", messages=MESSAGES)
         server.scenario = Scenario.stall_first(3)  # attempt 2 stalls, attempt 3 is healthy
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
@@ -429,13 +470,18 @@ def _interrupt_stage(stage: str) -> str:
     ],
 )
 async def test_an_interrupt_ends_the_call_promptly(
-    server: FaultServer, sdk_retries: list[int], scenario: Scenario, stage: str, source: str
+    server: FaultServer,
+    sdk_flavor: Flavor,
+    sdk_retries: list[int],
+    scenario: Scenario,
+    stage: str,
+    source: str,
 ) -> None:
     """An interrupt from another thread or from a task on the loop raises StreamInterrupted at once, re-sent by nobody."""
     server.scenario = scenario
     token = Interrupt()
     call = _Call(server)
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         caught, latency = await _interrupted(
             astream_chat_completion(
                 client, model="m", messages=MESSAGES, interrupt=token, on_delta=call.on_delta
@@ -456,7 +502,7 @@ async def test_an_interrupt_ends_the_call_promptly(
 
 @pytest.mark.parametrize("given", ["factory", "runner", "bound"])
 async def test_the_token_may_be_given_to_the_factory_the_runner_or_the_context(
-    server: FaultServer, given: str
+    server: FaultServer, sdk_flavor: Flavor, given: str
 ) -> None:
     """A token given to async_openai_client_for, to astream_chat_completion or bound around the call stops it alike."""
     server.scenario = Scenario.comments_after(1)
@@ -464,7 +510,7 @@ async def test_the_token_may_be_given_to_the_factory_the_runner_or_the_context(
     call = _Call(server)
     factory_token = token if given == "factory" else None
     runner_token = token if given == "runner" else None
-    async with _patient(server, interrupt=factory_token) as client:
+    async with _patient(server, sdk_flavor, interrupt=factory_token) as client:
         with token.bind() if given == "bound" else contextlib.nullcontext():
             caught, latency = await _interrupted(
                 astream_chat_completion(
@@ -486,14 +532,14 @@ async def test_the_token_may_be_given_to_the_factory_the_runner_or_the_context(
 
 @pytest.mark.parametrize("given", ["factory", "runner"])
 async def test_an_interrupted_token_sends_nothing(
-    server: FaultServer, sdk_retries: list[int], given: str
+    server: FaultServer, sdk_flavor: Flavor, sdk_retries: list[int], given: str
 ) -> None:
     """A call made while its token is interrupted raises StreamInterrupted and never connects."""
     token = Interrupt()
     token.interrupt(REASON)
     factory_token = token if given == "factory" else None
     runner_token = token if given == "runner" else None
-    async with _client(server, interrupt=factory_token) as client:
+    async with _client(server, sdk_flavor, interrupt=factory_token) as client:
         with pytest.raises(StreamInterrupted) as info:
             await astream_chat_completion(
                 client, model="m", messages=MESSAGES, interrupt=runner_token
@@ -506,7 +552,9 @@ async def test_an_interrupted_token_sends_nothing(
         assert sdk_retries == []
 
 
-async def test_on_delta_may_interrupt_its_own_call(server: FaultServer) -> None:
+async def test_on_delta_may_interrupt_its_own_call(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
     """A consumer that has seen enough fires the call's token from on_delta: the call stops there."""
     server.scenario = Scenario.comments_after(1)
     token = Interrupt()
@@ -516,7 +564,7 @@ async def test_on_delta_may_interrupt_its_own_call(server: FaultServer) -> None:
         seen.append(_text(chunk))
         token.interrupt("enough")
 
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         with anyio.fail_after(PROMPT), pytest.raises(StreamInterrupted) as info:
             await astream_chat_completion(
                 client, model="m", messages=MESSAGES, interrupt=token, on_delta=on_delta
@@ -526,7 +574,9 @@ async def test_on_delta_may_interrupt_its_own_call(server: FaultServer) -> None:
     assert len(server.requests) == 1
 
 
-async def test_an_error_in_on_delta_reaches_the_caller_unchanged(server: FaultServer) -> None:
+async def test_an_error_in_on_delta_reaches_the_caller_unchanged(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
     """Whatever on_delta raises ends the call as it is, with its connection closed and no re-send."""
     _ignore_abandoned_async_generators()  # the consumer stops the SDK's stream early
 
@@ -537,7 +587,7 @@ async def test_an_error_in_on_delta_reaches_the_caller_unchanged(server: FaultSe
         raise ConsumerError("the UI went away")
 
     server.scenario = Scenario.comments_after(1)
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         with anyio.fail_after(PROMPT), pytest.raises(ConsumerError):
             await astream_chat_completion(client, model="m", messages=MESSAGES, on_delta=on_delta)
         await _until(lambda: _fault_handlers() == 0, timeout=PROMPT)
@@ -545,7 +595,8 @@ async def test_an_error_in_on_delta_reaches_the_caller_unchanged(server: FaultSe
     assert len(server.requests) == 1
 
 
-async def test_a_token_stops_only_its_own_call(server: FaultServer) -> None:
+@SLOW
+async def test_a_token_stops_only_its_own_call(server: FaultServer, sdk_flavor: Flavor) -> None:
     """The runner binds its token to its own call: a concurrent call, and later calls, are untouched."""
     server.scenario = replace(Scenario.healthy(content=("x",) * 10), event_interval=0.05)
     token = Interrupt()
@@ -564,7 +615,7 @@ async def test_a_token_stops_only_its_own_call(server: FaultServer) -> None:
         completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
         results["free"] = completion.choices[0].message.content
 
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(interrupted_call, client)
             tasks.start_soon(free_call, client)
@@ -632,7 +683,7 @@ STAGES = ["headers", "mid_stream", "on_delta"]
     ],
 )
 async def test_a_cancel_scope_cancels_the_call_as_usual(
-    server: FaultServer, stage: str, how: str
+    server: FaultServer, sdk_flavor: Flavor, stage: str, how: str
 ) -> None:
     """A cancelled scope (cancel() from another task, or a move_on_after deadline) ends the call quietly and hangs up."""
     if stage == "on_delta":
@@ -652,7 +703,7 @@ async def test_a_cancel_scope_cancels_the_call_as_usual(
         else:
             scope.deadline = anyio.current_time()  # the deadline passes now
 
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(cancel)
             with scope:
@@ -668,10 +719,12 @@ async def test_a_cancel_scope_cancels_the_call_as_usual(
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("stage", STAGES)
-async def test_task_cancel_raises_cancelled_error(server: FaultServer, stage: str) -> None:
+async def test_task_cancel_raises_cancelled_error(
+    server: FaultServer, sdk_flavor: Flavor, stage: str
+) -> None:
     """task.cancel() ends the call with CancelledError, not one of ours, and hangs up on the server."""
     stuck = _Stuck(server, stage)
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         task = asyncio.ensure_future(
             astream_chat_completion(client, model="m", messages=MESSAGES, on_delta=stuck.on_delta)
         )
@@ -688,10 +741,12 @@ async def test_task_cancel_raises_cancelled_error(server: FaultServer, stage: st
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_asyncio_timeout_raises_timeout_error(server: FaultServer) -> None:
+async def test_asyncio_timeout_raises_timeout_error(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
     """asyncio.wait_for around a call stuck mid-stream raises the usual TimeoutError."""
     server.scenario = Scenario.comments_after(1)
-    async with _patient(server) as client:
+    async with _patient(server, sdk_flavor) as client:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(
                 astream_chat_completion(client, model="m", messages=MESSAGES), 0.5
@@ -702,69 +757,88 @@ async def test_asyncio_timeout_raises_timeout_error(server: FaultServer) -> None
 # --- the factories ---------------------------------------------------------------------------
 
 
-def _watchdog(client: httpx.AsyncClient) -> AsyncWatchdogTransport:
+def _watchdog(client: Any, flavor: Flavor) -> Any:
+    """The flavor's AsyncWatchdogTransport under `client`."""
     transport = client._transport
-    assert isinstance(transport, AsyncWatchdogTransport)
+    assert isinstance(transport, flavor.AsyncWatchdogTransport)
     return transport
 
 
-async def test_the_factories_return_async_clients_over_the_watchdog() -> None:
-    """async_http_client_for gives an httpx.AsyncClient, async_openai_client_for an openai.AsyncOpenAI, both watched."""
-    async with async_http_client_for("cron") as http_client:
-        _watchdog(http_client)
-    async with async_openai_client_for("subagent", api_key="x") as sdk:
+async def test_the_factories_return_async_clients_over_the_watchdog(sdk_flavor: Flavor) -> None:
+    """async_http_client_for gives an AsyncClient of its library, async_openai_client_for an openai.AsyncOpenAI over one, both watched."""
+    async with sdk_flavor.async_http_client_for("cron") as http_client:
+        assert type(http_client) is sdk_flavor.http.AsyncClient
+        _watchdog(http_client, sdk_flavor)
+    async with async_openai_client_for("subagent", api_key="x", flavor=sdk_flavor.name) as sdk:
         assert isinstance(sdk, openai.AsyncOpenAI)
-        assert isinstance(sdk._client, httpx.AsyncClient)
-        _watchdog(sdk._client)
+        assert isinstance(sdk._client, sdk_flavor.http.AsyncClient)
+        _watchdog(sdk._client, sdk_flavor)
+
+
+async def test_an_explicit_flavor_builds_on_that_library_and_streams(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
+    """async_openai_client_for(flavor=...) puts the SDK on that library's AsyncClient (httpx on openai 3.x: the legacy path), and it streams."""
+    async with _client(server, sdk_flavor, "subagent") as client:
+        assert type(client._client) is sdk_flavor.http.AsyncClient
+        completion = await astream_chat_completion(client, model="m", messages=MESSAGES)
+    assert completion.choices[0].message.content == "hello world"
+    assert [r.stream for r in server.requests] == [True]
 
 
 @pytest.mark.parametrize("platform", ["cron", "cli"])
-async def test_the_async_clients_carry_the_policy_and_the_token(platform: str) -> None:
+async def test_the_async_clients_carry_the_policy_and_the_token(
+    sdk_flavor: Flavor, platform: str
+) -> None:
     """The policy and interrupt given to a factory are recorded on the client and applied by its transport."""
     policy = StreamPolicy(stale_timeout=42.0, first_event_timeout=7.0, retries=5)
     token = Interrupt()
-    async with async_http_client_for(platform, policy=policy, interrupt=token) as http_client:
+    async with sdk_flavor.async_http_client_for(
+        platform, policy=policy, interrupt=token
+    ) as http_client:
         profile = profile_of(http_client)
         assert profile is not None
         assert (profile.policy, profile.interrupt) == (policy, token)
-        assert _watchdog(http_client).policy == policy
+        assert _watchdog(http_client, sdk_flavor).policy == policy
     async with async_openai_client_for(
-        platform, api_key="x", policy=policy, interrupt=token
+        platform, api_key="x", policy=policy, interrupt=token, flavor=sdk_flavor.name
     ) as sdk:
         profile = profile_of(sdk)
         assert profile is not None
         assert (profile.policy, profile.interrupt) == (policy, token)
-        assert _watchdog(sdk._client).policy == policy
+        assert _watchdog(sdk._client, sdk_flavor).policy == policy
 
 
-async def test_the_policy_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_policy_defaults_to_the_environment(
+    sdk_flavor: Flavor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without policy=, the async factories read HERMES_STREAM_* like StreamPolicy.from_env()."""
     monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "12")
     monkeypatch.setenv("HERMES_STREAM_RETRIES", "4")
     expected = StreamPolicy(stale_timeout=12.0, retries=4)
-    async with async_http_client_for("cron") as http_client:
-        assert _watchdog(http_client).policy == expected
-    async with async_openai_client_for("cron", api_key="x") as sdk:
+    async with sdk_flavor.async_http_client_for("cron") as http_client:
+        assert _watchdog(http_client, sdk_flavor).policy == expected
+    async with async_openai_client_for("cron", api_key="x", flavor=sdk_flavor.name) as sdk:
         profile = profile_of(sdk)
         assert profile is not None
         assert profile.policy == expected
-        assert _watchdog(sdk._client).policy == expected
+        assert _watchdog(sdk._client, sdk_flavor).policy == expected
 
 
 @pytest.mark.parametrize("factory", ["http", "openai"])
 async def test_tls_settings_reach_the_transport(
-    tls: tuple[ssl.SSLContext, ssl.SSLContext], factory: str
+    tls: tuple[ssl.SSLContext, ssl.SSLContext], sdk_flavor: Flavor, factory: str
 ) -> None:
     """A CA bundle given to an async factory is the one the watchdog transport verifies with."""
     with FaultServer(Scenario.healthy(), ssl_context=tls[0]) as server:
         if factory == "http":
-            async with async_http_client_for("cron", verify=tls[1]) as trusted:
+            async with sdk_flavor.async_http_client_for("cron", verify=tls[1]) as trusted:
                 response = await trusted.post(
                     server.base_url + "/chat/completions", json=chat_body()
                 )
                 assert b"[DONE]" in response.content
-            async with async_http_client_for("cron") as untrusted:
-                with pytest.raises(httpx.ConnectError) as info:
+            async with sdk_flavor.async_http_client_for("cron") as untrusted:
+                with pytest.raises(sdk_flavor.http.ConnectError) as info:
                     await untrusted.post(server.base_url + "/chat/completions", json=chat_body())
             causes: list[BaseException] = [info.value]
             while (cause := causes[-1].__cause__ or causes[-1].__context__) is not None:
@@ -772,7 +846,11 @@ async def test_tls_settings_reach_the_transport(
             assert any(isinstance(cause, ssl.SSLCertVerificationError) for cause in causes)
         else:
             async with async_openai_client_for(
-                "cron", base_url=server.base_url, api_key="x", verify=tls[1]
+                "cron",
+                base_url=server.base_url,
+                api_key="x",
+                verify=tls[1],
+                flavor=sdk_flavor.name,
             ) as sdk:
                 completion = await astream_chat_completion(sdk, model="m", messages=MESSAGES)
             assert completion.choices[0].message.content == "hello world"
@@ -784,83 +862,89 @@ async def test_tls_settings_reach_the_transport(
     ids=lambda settings: next(iter(settings)),
 )
 async def test_connection_settings_configure_the_inner_transport(
-    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, sdk_flavor: Flavor, settings: dict[str, Any]
 ) -> None:
-    """Every connection setting given to the async factories is handed to the inner httpx.AsyncHTTPTransport."""
+    """Every connection setting given to the async factories is handed to the inner AsyncHTTPTransport of their library."""
+    settings = in_flavor(settings, sdk_flavor)
     seen: list[dict[str, Any]] = []
-    real_init = httpx.AsyncHTTPTransport.__init__
+    transport_class = sdk_flavor.http.AsyncHTTPTransport
+    real_init = transport_class.__init__
 
-    def spy(self: httpx.AsyncHTTPTransport, **kwargs: Any) -> None:
+    def spy(self: Any, **kwargs: Any) -> None:
         seen.append(kwargs)
         real_init(self, **{k: v for k, v in kwargs.items() if k != "cert"})
 
-    monkeypatch.setattr(httpx.AsyncHTTPTransport, "__init__", spy)
-    await async_http_client_for("cron", **settings).aclose()
-    await async_openai_client_for("cli", api_key="x", **settings).close()
+    monkeypatch.setattr(transport_class, "__init__", spy)
+    await sdk_flavor.async_http_client_for("cron", **settings).aclose()
+    await async_openai_client_for("cli", api_key="x", flavor=sdk_flavor.name, **settings).close()
     assert len(seen) == 2
     for kwargs in seen:
         for name, value in settings.items():
             assert kwargs[name] == value
 
 
-@pytest.mark.parametrize(
-    "factory", [async_http_client_for, async_openai_client_for], ids=["http", "openai"]
-)
-async def test_http2_is_refused_by_the_async_factories(factory: Callable[..., object]) -> None:
+@pytest.mark.parametrize("factory", ["http", "openai"])
+async def test_http2_is_refused_by_the_async_factories(sdk_flavor: Flavor, factory: str) -> None:
     """Asking an async factory for HTTP/2 fails loudly instead of being dropped."""
+    build: Callable[..., object] = (
+        sdk_flavor.async_http_client_for
+        if factory == "http"
+        else functools.partial(async_openai_client_for, flavor=sdk_flavor.name)
+    )
     with pytest.raises(ValueError, match="HTTP/2"):
-        factory("cron", api_key="x", http2=True)
+        build("cron", api_key="x", http2=True)
 
 
 @pytest.mark.parametrize("name", ["transport", "mounts"])
-async def test_a_transport_of_ones_own_is_refused(name: str) -> None:
+async def test_a_transport_of_ones_own_is_refused(flavor: Flavor, name: str) -> None:
     """async_http_client_for builds the transport; passing one would bypass the watchdog."""
-    inner = httpx.AsyncHTTPTransport()
+    inner = flavor.http.AsyncHTTPTransport()
     given: dict[str, Any] = {name: inner if name == "transport" else {"all://": inner}}
     with pytest.raises(TypeError, match=name):
-        async_http_client_for("cron", **given)
+        flavor.async_http_client_for("cron", **given)
     await inner.aclose()
 
 
-async def test_an_explicit_proxy_is_used(server: FaultServer) -> None:
+async def test_an_explicit_proxy_is_used(server: FaultServer, flavor: Flavor) -> None:
     """Requests go through the proxy given to the async factory."""
     proxy = server.base_url.removesuffix("/v1")
-    async with async_http_client_for("cron", proxy=proxy) as client:
+    async with flavor.async_http_client_for("cron", proxy=proxy) as client:
         await client.post("http://api.example.invalid/v1/chat/completions", json=chat_body())
     assert server.requests[0].path == "http://api.example.invalid/v1/chat/completions"
 
 
 async def test_environment_proxies_are_honoured_like_httpx_does(
-    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+    server: FaultServer, flavor: Flavor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """HTTP_PROXY reaches async factory clients (httpx drops it once a transport is given), and NO_PROXY exempts."""
     monkeypatch.setenv("HTTP_PROXY", server.base_url.removesuffix("/v1"))
     monkeypatch.setenv("NO_PROXY", "direct.invalid")
     url = "http://{}/v1/chat/completions"
-    async with async_http_client_for("cron") as client:
+    async with flavor.async_http_client_for("cron") as client:
         await client.post(url.format("api.example.invalid"), json=chat_body(stream=False))
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(flavor.http.ConnectError):
             await client.post(url.format("direct.invalid"), json=chat_body(stream=False))
     assert [r.path for r in server.requests] == [url.format("api.example.invalid")]
-    async with async_http_client_for("cron", trust_env=False) as client:
-        with pytest.raises(httpx.ConnectError):
+    async with flavor.async_http_client_for("cron", trust_env=False) as client:
+        with pytest.raises(flavor.http.ConnectError):
             await client.post(url.format("api.example.invalid"), json=chat_body(stream=False))
 
 
 async def test_proxied_streams_are_watched(
-    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+    server: FaultServer, flavor: Flavor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stream that goes through an environment proxy still has the watchdog."""
     server.scenario = Scenario.comments_after(1)
     monkeypatch.setenv("HTTP_PROXY", server.base_url.removesuffix("/v1"))
     policy = StreamPolicy(stale_timeout=STALE, retries=0)
-    async with async_http_client_for("cron", policy=policy) as client:
+    async with flavor.async_http_client_for("cron", policy=policy) as client:
         async with client.stream(
             "POST", "http://api.example.invalid/v1/chat/completions", json=chat_body()
         ) as response:
-            with pytest.raises(StreamStalled):
+            with pytest.raises(StreamStalled) as info:
                 await response.aread()
     assert len(server.requests) == 1
+    assert type(info.value) is flavor.StreamStalled
 
 
 @pytest.mark.parametrize(
@@ -874,45 +958,50 @@ async def test_proxied_streams_are_watched(
     ],
 )
 async def test_default_timeouts_never_undercut_the_watchdog(
-    stale: float | None, first: float | None, read: float
+    sdk_flavor: Flavor, stale: float | None, first: float | None, read: float
 ) -> None:
     """Socket timeouts default to the SDK's, raised above the watchdog's budgets so it fires first."""
     policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first)
-    expected = httpx.Timeout(read, connect=5.0)
-    async with async_http_client_for("cron", policy=policy) as client:
+    expected = sdk_flavor.http.Timeout(read, connect=5.0)
+    async with sdk_flavor.async_http_client_for("cron", policy=policy) as client:
         assert client.timeout == expected
-    async with async_openai_client_for("cli", api_key="x", policy=policy) as sdk:
+    async with async_openai_client_for(
+        "cli", api_key="x", policy=policy, flavor=sdk_flavor.name
+    ) as sdk:
         assert sdk.timeout == expected
 
 
-async def test_given_timeouts_and_limits_win() -> None:
+async def test_given_timeouts_and_limits_win(sdk_flavor: Flavor) -> None:
     """Caller-given httpx and openai settings win over the async factories' defaults."""
-    limits = httpx.Limits(max_connections=2)
-    async with async_http_client_for("cron", timeout=3.0, limits=limits) as client:
-        assert client.timeout == httpx.Timeout(3.0)
-        assert _watchdog(client).inner._pool._max_connections == 2  # type: ignore[attr-defined]
-    async with async_openai_client_for("cron", api_key="x", timeout=7.0, max_retries=5) as sdk:
+    limits = sdk_flavor.http.Limits(max_connections=2)
+    async with sdk_flavor.async_http_client_for("cron", timeout=3.0, limits=limits) as client:
+        assert client.timeout == sdk_flavor.http.Timeout(3.0)
+        inner = _watchdog(client, sdk_flavor).inner
+        assert inner._pool._max_connections == 2
+    async with async_openai_client_for(
+        "cron", api_key="x", timeout=7.0, max_retries=5, flavor=sdk_flavor.name
+    ) as sdk:
         assert sdk.timeout == 7.0
         assert sdk.max_retries == 5
 
 
-async def test_sdk_defaults_where_nothing_is_given() -> None:
+async def test_sdk_defaults_where_nothing_is_given(flavor: Flavor) -> None:
     """Without settings, the async factory client has the SDK's limits and follows redirects."""
-    async with async_http_client_for("cli") as client:
-        pool = _watchdog(client).inner._pool  # type: ignore[attr-defined]
+    async with flavor.async_http_client_for("cli") as client:
+        pool = _watchdog(client, flavor).inner._pool
         assert pool._max_connections == SDK_MAX_CONNECTIONS
         assert pool._max_keepalive_connections == SDK_MAX_KEEPALIVE
         assert client.follow_redirects is True
 
 
-async def test_client_kwargs_reach_httpx_async_client(server: FaultServer) -> None:
-    """Event hooks and headers are httpx.AsyncClient settings and reach it."""
+async def test_client_kwargs_reach_httpx_async_client(server: FaultServer, flavor: Flavor) -> None:
+    """Event hooks and headers are AsyncClient settings and reach it."""
     seen: list[str] = []
 
-    async def hook(request: httpx.Request) -> None:
+    async def hook(request: Any) -> None:
         seen.append(request.headers["x-agent"])
 
-    async with async_http_client_for(
+    async with flavor.async_http_client_for(
         "cron", headers={"x-agent": "hermes"}, event_hooks={"request": [hook]}
     ) as client:
         await client.post(server.base_url + "/chat/completions", json=chat_body(stream=False))
@@ -920,11 +1009,11 @@ async def test_client_kwargs_reach_httpx_async_client(server: FaultServer) -> No
     assert server.requests[0].headers["x-agent"] == "hermes"
 
 
-async def test_a_given_http_client_is_used_as_given() -> None:
+async def test_a_given_http_client_is_used_as_given(sdk_flavor: Flavor) -> None:
     """async_openai_client_for uses a given http_client untouched, and remembers its policy and token."""
     policy = StreamPolicy(stale_timeout=42.0)
     token = Interrupt()
-    http_client = async_http_client_for("cron", policy=policy, interrupt=token)
+    http_client = sdk_flavor.async_http_client_for("cron", policy=policy, interrupt=token)
     async with async_openai_client_for("cron", api_key="x", http_client=http_client) as sdk:
         assert sdk._client is http_client
         profile = profile_of(sdk)
@@ -932,25 +1021,31 @@ async def test_a_given_http_client_is_used_as_given() -> None:
         assert (profile.policy, profile.interrupt, profile.inline) == (policy, token, True)
 
 
-async def test_connection_settings_next_to_a_given_http_client_are_refused() -> None:
+async def test_connection_settings_next_to_a_given_http_client_are_refused(
+    sdk_flavor: Flavor,
+) -> None:
     """Settings that would be silently ignored next to a given http_client are an error."""
-    async with httpx.AsyncClient() as given:
+    async with sdk_flavor.http.AsyncClient() as given:
         with pytest.raises(TypeError, match="verify"):
             async_openai_client_for("cron", api_key="x", http_client=given, verify=False)
 
 
 @pytest.mark.parametrize("runner", ["sync", "async"])
 async def test_a_client_of_the_other_kind_is_refused_before_sending(
-    server: FaultServer, runner: str
+    server: FaultServer, sdk_flavor: Flavor, runner: str
 ) -> None:
     """Each runner refuses the other kind of client with a TypeError naming the right runner."""
     if runner == "sync":
-        client: Any = async_openai_client_for("cron", base_url=server.base_url, api_key="x")
+        client: Any = async_openai_client_for(
+            "cron", base_url=server.base_url, api_key="x", flavor=sdk_flavor.name
+        )
         with pytest.raises(TypeError, match="astream_chat_completion"):
             stream_chat_completion(client, model="m", messages=MESSAGES)
         await client.close()
     else:
-        client = openai_client_for("cron", base_url=server.base_url, api_key="x")
+        client = openai_client_for(
+            "cron", base_url=server.base_url, api_key="x", flavor=sdk_flavor.name
+        )
         with pytest.raises(TypeError, match=r"openai\.AsyncOpenAI.*stream_chat_completion"):
             await astream_chat_completion(client, model="m", messages=MESSAGES)
         client.close()

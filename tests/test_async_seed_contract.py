@@ -10,16 +10,14 @@ SSE server.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import threading
 import time
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
-import openai
 import pytest
 from test_seed_contract import KW, Wire
 
@@ -27,13 +25,12 @@ from hermes_transport import (
     Interrupt,
     StreamInterrupted,
     astream_chat_completion,
-    async_http_client_for,
     async_openai_client_for,
 )
 
-pytestmark = pytest.mark.anyio
+from _support import OPENAI_MAJOR, Flavor
 
-OPENAI_MAJOR = int(openai.__version__.split(".")[0])
+pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(autouse=True)
@@ -48,34 +45,23 @@ def _sdk_abandons_async_generators(anyio_backend: str) -> None:
         )
 
 
-def _close(server: Wire) -> None:
-    """Wire.close(), without waiting out the half-second poll of the server's accept loop."""
-    closer = threading.Thread(target=server.close, daemon=True)
-    closer.start()
-    while closer.is_alive():
-        with contextlib.suppress(OSError):  # a connection wakes the loop to see the shutdown
-            address = ("127.0.0.1", server.server.server_address[1])
-            socket.create_connection(address, timeout=1.0).close()
-        closer.join(0.02)
-
-
 @pytest.fixture
 def wire() -> Iterator[Wire]:
     server = Wire()
     yield server
-    _close(server)
+    server.close()
 
 
 @pytest.fixture
 def stalling_wire() -> Iterator[Wire]:
     server = Wire(stall_after_first_chunk=True)
     yield server
-    _close(server)
+    server.close()
 
 
 @pytest.mark.parametrize("platform", ["subagent", "cron", "cli"])
 async def test_every_context_streams_on_the_wire_and_on_the_loop_thread(
-    wire: Wire, platform: str, monkeypatch: pytest.MonkeyPatch
+    wire: Wire, sdk_flavor: Flavor, platform: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sub-agents, cron turns and interactive turns alike send stream=True from the event loop's own thread, start no worker, and assemble the reply."""
     issued_on: list[int] = []
@@ -86,11 +72,11 @@ async def test_every_context_streams_on_the_wire_and_on_the_loop_thread(
         started.append(thread.name)
         real_start(thread)
 
-    async def record(request: httpx.Request) -> None:
+    async def record(request: Any) -> None:
         issued_on.append(threading.get_ident())
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    http_client = async_http_client_for(platform, event_hooks={"request": [record]})
+    http_client = sdk_flavor.async_http_client_for(platform, event_hooks={"request": [record]})
     async with async_openai_client_for(
         platform, base_url=wire.base_url, api_key="test-key", http_client=http_client
     ) as client:
@@ -107,7 +93,9 @@ async def test_every_context_streams_on_the_wire_and_on_the_loop_thread(
     assert response.usage.total_tokens == 5
 
 
-async def test_the_loop_stays_responsive_while_a_stream_waits(stalling_wire: Wire) -> None:
+async def test_the_loop_stays_responsive_while_a_stream_waits(
+    stalling_wire: Wire, sdk_flavor: Flavor
+) -> None:
     """A stream waiting on the wire never blocks the loop: other tasks (a /stop handler) keep running meanwhile."""
     token = Interrupt()
     waiting = anyio.Event()
@@ -130,7 +118,11 @@ async def test_the_loop_stays_responsive_while_a_stream_waits(stalling_wire: Wir
         token.interrupt("user pressed /stop")
 
     async with async_openai_client_for(
-        "cli", base_url=stalling_wire.base_url, api_key="test-key", interrupt=token
+        "cli",
+        base_url=stalling_wire.base_url,
+        api_key="test-key",
+        interrupt=token,
+        flavor=sdk_flavor.name,
     ) as client:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(ticker)
@@ -143,19 +135,20 @@ async def test_the_loop_stays_responsive_while_a_stream_waits(stalling_wire: Wir
 
 
 async def test_async_stream_stale_detector_still_fires(
-    stalling_wire: Wire, monkeypatch: pytest.MonkeyPatch
+    stalling_wire: Wire, sdk_flavor: Flavor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One chunk then only keepalives is killed at the stale budget: httpx.RemoteProtocolError, well inside 6 s."""
+    """One chunk then only keepalives is killed at the stale budget: httpx.RemoteProtocolError (and the flavor's own), well inside 6 s."""
     monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "0.3")
     monkeypatch.setenv("HERMES_STREAM_RETRIES", "0")
     async with async_openai_client_for(
-        "subagent", base_url=stalling_wire.base_url, api_key="test-key"
+        "subagent", base_url=stalling_wire.base_url, api_key="test-key", flavor=sdk_flavor.name
     ) as client:
         started = time.monotonic()
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(httpx.RemoteProtocolError) as info:
             await astream_chat_completion(client, **KW)
         elapsed = time.monotonic() - started
 
+    assert isinstance(info.value, sdk_flavor.http.RemoteProtocolError)
     assert elapsed >= 0.3, f"the stream was cut before its budget ({elapsed:.2f}s)"
     assert elapsed < 6.0, f"async stream was not bounded by the stale detector ({elapsed:.1f}s)"
     assert len(stalling_wire.requests) == 1
@@ -163,7 +156,7 @@ async def test_async_stream_stale_detector_still_fires(
 
 @pytest.mark.parametrize("source", ["thread", "loop"])
 async def test_async_stream_cross_thread_interrupt_aborts_promptly(
-    stalling_wire: Wire, monkeypatch: pytest.MonkeyPatch, source: str
+    stalling_wire: Wire, sdk_flavor: Flavor, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
     """An interrupt from another thread (or from a task on the loop) aborts the async stream with an InterruptedError well inside 5 s."""
     monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "60")
@@ -181,7 +174,11 @@ async def test_async_stream_cross_thread_interrupt_aborts_promptly(
             token.interrupt("test interrupt")
 
     async with async_openai_client_for(
-        "cron", base_url=stalling_wire.base_url, api_key="test-key", interrupt=token
+        "cron",
+        base_url=stalling_wire.base_url,
+        api_key="test-key",
+        interrupt=token,
+        flavor=sdk_flavor.name,
     ) as client:
         async with anyio.create_task_group() as tasks:
             if source == "thread":

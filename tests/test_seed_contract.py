@@ -20,11 +20,12 @@ import pytest
 
 from hermes_transport import (
     Interrupt,
-    http_client_for,
     openai_client_for,
     should_stream_inline,
     stream_chat_completion,
 )
+
+from _support import Flavor
 
 
 class Wire:
@@ -76,7 +77,10 @@ class Wire:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: close() waits for serve_forever to notice the shutdown.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
@@ -117,9 +121,11 @@ def stalling_wire() -> Iterator[Wire]:
 KW: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _client_recording_threads(base_url: str, platform: str, issued_on: list[int]) -> Any:
-    """An openai client for `platform` whose requests record the thread that sends them."""
-    http_client = http_client_for(
+def _client_recording_threads(
+    base_url: str, platform: str, issued_on: list[int], flavor: Flavor
+) -> Any:
+    """An openai client for `platform`, over `flavor`, whose requests record the thread that sends them."""
+    http_client = flavor.http_client_for(
         platform,
         event_hooks={"request": [lambda request: issued_on.append(threading.get_ident())]},
     )
@@ -130,12 +136,12 @@ def _client_recording_threads(base_url: str, platform: str, issued_on: list[int]
 
 @pytest.mark.parametrize("platform", ["subagent", "cron"])
 def test_direct_contexts_stream_on_the_wire_and_on_the_calling_thread(
-    wire: Wire, platform: str
+    wire: Wire, sdk_flavor: Flavor, platform: str
 ) -> None:
     """Cron turns and sub-agents send stream=True from the caller's own thread and assemble the reply."""
     assert should_stream_inline(platform) is True
     issued_on: list[int] = []
-    client = _client_recording_threads(wire.base_url, platform, issued_on)
+    client = _client_recording_threads(wire.base_url, platform, issued_on, sdk_flavor)
 
     response = stream_chat_completion(client, **KW)
 
@@ -147,11 +153,11 @@ def test_direct_contexts_stream_on_the_wire_and_on_the_calling_thread(
     assert response.choices[0].finish_reason == "stop"
 
 
-def test_interactive_platform_still_uses_the_worker_thread(wire: Wire) -> None:
+def test_interactive_platform_still_uses_the_worker_thread(wire: Wire, sdk_flavor: Flavor) -> None:
     """The interactive context sends from a worker thread, so /stop stays responsive."""
     assert should_stream_inline("cli") is False
     issued_on: list[int] = []
-    client = _client_recording_threads(wire.base_url, "cli", issued_on)
+    client = _client_recording_threads(wire.base_url, "cli", issued_on, sdk_flavor)
 
     response = stream_chat_completion(client, **KW)
 
@@ -161,31 +167,38 @@ def test_interactive_platform_still_uses_the_worker_thread(wire: Wire) -> None:
 
 
 def test_inline_stream_stale_detector_still_fires(
-    stalling_wire: Wire, monkeypatch: pytest.MonkeyPatch
+    stalling_wire: Wire, sdk_flavor: Flavor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One chunk then only keepalives is killed at the stale budget: httpx.RemoteProtocolError, well inside 6 s."""
+    """One chunk then only keepalives is killed at the stale budget: httpx.RemoteProtocolError (and the flavor's own), well inside 6 s."""
     monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "1.0")
     monkeypatch.setenv("HERMES_STREAM_RETRIES", "0")
-    client = openai_client_for("subagent", base_url=stalling_wire.base_url, api_key="test-key")
+    client = openai_client_for(
+        "subagent", base_url=stalling_wire.base_url, api_key="test-key", flavor=sdk_flavor.name
+    )
 
     started = time.monotonic()
-    with pytest.raises(httpx.RemoteProtocolError):
+    with pytest.raises(httpx.RemoteProtocolError) as info:
         stream_chat_completion(client, **KW)
     elapsed = time.monotonic() - started
 
+    assert isinstance(info.value, sdk_flavor.http.RemoteProtocolError)
     assert elapsed < 6.0, f"inline stream was not bounded by the stale detector ({elapsed:.1f}s)"
     assert len(stalling_wire.requests) == 1
 
 
 def test_inline_stream_cross_thread_interrupt_aborts_promptly(
-    stalling_wire: Wire, monkeypatch: pytest.MonkeyPatch
+    stalling_wire: Wire, sdk_flavor: Flavor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An interrupt from another thread aborts the inline stream with an InterruptedError well inside 5 s."""
     monkeypatch.setenv("HERMES_STREAM_STALE_TIMEOUT", "60")
     monkeypatch.setenv("HERMES_STREAM_RETRIES", "0")
     token = Interrupt()
     client = openai_client_for(
-        "cron", base_url=stalling_wire.base_url, api_key="test-key", interrupt=token
+        "cron",
+        base_url=stalling_wire.base_url,
+        api_key="test-key",
+        interrupt=token,
+        flavor=sdk_flavor.name,
     )
     box: dict[str, Any] = {}
 
