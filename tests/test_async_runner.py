@@ -17,7 +17,7 @@ import anyio
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
-from test_factory import NATIVE, in_flavor
+from test_factory import in_flavor
 
 from hermes_transport import (
     Interrupt,
@@ -84,23 +84,6 @@ def _client(
 def _patient(server: FaultServer, flavor: Flavor, **kwargs: Any) -> openai.AsyncOpenAI:
     """A client whose watchdog never fires during a test: only interrupts and cancels end calls."""
     return _client(server, flavor, policy=StreamPolicy(stale_timeout=60.0, retries=2), **kwargs)
-
-
-@pytest.fixture
-def _non_native_flavor_on_asyncio_only(sdk_flavor: Flavor, anyio_backend: str) -> None:
-    """Skip trio on a flavor the installed openai does not build on natively, for SLOW tests.
-
-    The flavors double the slow tests where openai takes both; run pairwise they keep the
-    suite inside its time budget: asyncio runs them on both flavors, trio on the one the
-    installed openai builds on (httpx2 on 3.x, httpx before), so only trio on the other
-    flavor is left out.
-    """
-    if anyio_backend == "trio" and sdk_flavor.name != NATIVE:
-        pytest.skip("slow: trio runs it on the native flavor only")
-
-
-# Tests bound by stall budgets or timers (a third of a second or more a run).
-SLOW = pytest.mark.usefixtures("_non_native_flavor_on_asyncio_only")
 
 
 def _text(chunk: ChatCompletionChunk) -> str:
@@ -227,7 +210,6 @@ async def test_an_interrupt_that_is_not_an_interrupt_is_refused(
     assert server.requests == []
 
 
-@SLOW
 async def test_a_plain_async_client_uses_its_transports_policy(
     server: FaultServer, sdk_flavor: Flavor
 ) -> None:
@@ -265,7 +247,6 @@ async def test_status_errors_pass_through(
 # --- stalls: re-sends, one budget, one error -----------------------------------------------
 
 
-@SLOW
 async def test_a_stall_before_the_first_event_is_re_sent_by_the_transport(
     server: FaultServer, sdk_flavor: Flavor, sdk_retries: list[int]
 ) -> None:
@@ -284,7 +265,6 @@ async def _bare_delta(chunk: ChatCompletionChunk) -> None:
     await anyio.sleep(0)
 
 
-@SLOW
 @pytest.mark.parametrize(
     ("on_delta", "first"),
     [(None, "hello"), (_bare_delta, "")],
@@ -307,7 +287,6 @@ async def test_a_mid_stream_stall_nobody_saw_is_re_sent_without_duplicating_text
     assert len(server.requests) == 2
 
 
-@SLOW
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_mid_stream_stall_after_text_was_delivered_raises(
     server: FaultServer, sdk_flavor: Flavor, kind: str
@@ -335,7 +314,6 @@ async def test_a_mid_stream_stall_after_text_was_delivered_raises(
     assert len(server.requests) == 1
 
 
-@SLOW
 @pytest.mark.parametrize(
     ("scenario", "retries", "stage"),
     [
@@ -369,7 +347,6 @@ async def test_attempts_never_exceed_the_budget_and_end_in_stream_stalled(
         assert sdk_retries == [], "the SDK retried a stall whose budget was spent"
 
 
-@SLOW
 async def test_a_new_call_gets_a_fresh_budget(server: FaultServer, sdk_flavor: Flavor) -> None:
     """The re-send budget belongs to one call: the next call on the client may re-send again."""
     server.scenario = Scenario.stall_first(1)
@@ -595,7 +572,6 @@ async def test_an_error_in_on_delta_reaches_the_caller_unchanged(
     assert len(server.requests) == 1
 
 
-@SLOW
 async def test_a_token_stops_only_its_own_call(server: FaultServer, sdk_flavor: Flavor) -> None:
     """The runner binds its token to its own call: a concurrent call, and later calls, are untouched."""
     server.scenario = replace(Scenario.healthy(content=("x",) * 10), event_interval=0.05)

@@ -65,7 +65,9 @@ def main() -> int:
             check=True,
         ).stdout.strip()
         print(f"\n=== openai {version} ===", flush=True)
-        cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider", *args.pytest_args]
+        # Four workers on any machine: the tests mostly wait on budgets and timers
+        # (a serial run uses about a third of one core), so four fit two cores.
+        cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-n", "4", *args.pytest_args]
         print("+", " ".join(cmd), flush=True)
         last = ""
         with subprocess.Popen(
