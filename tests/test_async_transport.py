@@ -541,6 +541,7 @@ async def test_progress_sets_no_timer_per_chunk(
 
 STREAMS = 1000
 SCALE_STALE = 1.5
+DELIVERY_SLACK = 0.05
 
 
 @contextlib.asynccontextmanager
@@ -621,7 +622,11 @@ async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
             assert result == "done", i
         else:
             assert result == "stalled", i
-            assert SCALE_STALE <= late < SCALE_STALE + 3.0, (i, late)
+            # `late` runs from when this test saw the last event, which is after the
+            # transport saw it (and set the deadline) by the chunk's trip up through
+            # httpx: milliseconds with 1,000 streams, tracemalloc and a loaded machine.
+            # Exact never-early checks are the single-stream tests and the benchmarks.
+            assert SCALE_STALE - DELIVERY_SLACK <= late < SCALE_STALE + 3.0, (i, late)
     assert stall_types == {flavor.StreamStalled}
     # Client, server and the test's own bookkeeping together; the bound is loose on purpose.
     assert peak / STREAMS < 256 * 1024, f"{peak / STREAMS / 1024:.0f} KiB per stream"
