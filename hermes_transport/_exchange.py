@@ -203,7 +203,8 @@ _Inner = TypeVar("_Inner")
 class Shell(Generic[_Inner]):
     """What the sync and async transports hold: inner transport, policy, own interrupt.
 
-    ``_flavor`` is the HTTP library of the concrete class (``_flavor``).
+    Each public class sets ``_flavor``: the HTTP library it runs on, through which
+    every library name is looked up.
     """
 
     _flavor: ClassVar[Flavor]
