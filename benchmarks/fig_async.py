@@ -1,11 +1,12 @@
 """Figure 6: 1,000 concurrent async streams in one event loop, CPU time with and without.
 
-Each stream is a raw httpx SSE stream of 50 events, 0.1 s apart, so that all of them are
-open at once for a few seconds (the peak is measured). They are opened in batches of 125,
-each batch once the previous one has its headers: a burst of 1,000 connects overflows the
-server's accept queue (128), and the kernel then drops connections outright. The server
-runs in another process, so ``time.process_time()`` of this process is the client's CPU
-alone. Clients alternate round by round.
+Each stream is a raw SSE stream of 50 events, 0.1 s apart, read with the run's HTTP library
+alone (httpx or httpx2, no SDK), so that all of them are open at once for a few seconds
+(the peak is measured). They are opened in batches of 125, each batch once the previous
+one has its headers: a burst of 1,000 connects overflows the server's accept queue (128),
+and the kernel then drops connections outright. The server runs in another process, so
+``time.process_time()`` of this process is the client's CPU alone. Clients alternate round
+by round.
 
 Connections are not kept alive after their stream (``max_keepalive_connections=0``):
 httpcore's pool re-counts its connections for every idle one each time it assigns a
@@ -23,12 +24,11 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import httpx
-
 from hermes_transport import StreamPolicy
 from hermes_transport.testing import Scenario
 
 from . import variants
+from .flavor import http
 from .measure import fmt_s
 from .progress import say
 from .report import Row
@@ -40,7 +40,7 @@ __all__ = ["run"]
 INTERVAL = 0.1
 BATCH = 125
 POLICY = StreamPolicy(stale_timeout=30.0)
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+LIMITS = http.Limits(max_connections=None, max_keepalive_connections=0)
 BODY = {**variants.CHAT, "stream": True}
 CLIENTS: tuple[Variant, Variant] = ("plain", "watchdog")
 
@@ -68,7 +68,7 @@ class Sample:
 class _Streams:
     """The streams of one run, and how many are open."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+    def __init__(self, client: http.AsyncClient, url: str) -> None:
         self._client = client
         self._url = f"{url}/chat/completions"
         self.open = 0
@@ -87,7 +87,7 @@ class _Streams:
                         self.bytes_read += len(chunk)
                 finally:
                     self.open -= 1
-        except httpx.HTTPError:
+        except http.HTTPError:
             self.failed += 1
         finally:
             opened.set()

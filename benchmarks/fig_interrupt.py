@@ -13,7 +13,8 @@ the clock and interrupts from the benchmark's thread; the reader takes the clock
 ``except``. Watchdog trials run one at a time. The seed's monitor looks at its interrupt
 flag every 0.3 s, so when /stop is pressed within that period decides its latency: its
 trials press it at a uniformly random moment and, to fit the run time, run in parallel
-lanes (one server each), which costs them well under a millisecond against 300.
+lanes (one server each), which costs them well under a millisecond against 300. The plain
+client (the run's HTTP library alone) has no interrupt.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-import httpx
-
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy
 from hermes_transport.testing import Scenario
 
 from . import seed_model, variants
+from .flavor import http
 from .measure import causes, distribution, fmt_ms, fmt_s, gc_seconds
 from .progress import say
 from .report import Row
@@ -203,7 +203,7 @@ def _seed_trials(server: ServerProcess, stage: Stage, n: int) -> Trials:
 
 def _seed_reused(server: ServerProcess) -> tuple[int, int]:
     """(trials that waited for the read timeout, trials that reused the connection)."""
-    timeout = httpx.Timeout(10.0, read=SEED_READ_TIMEOUT)
+    timeout = http.Timeout(10.0, read=SEED_READ_TIMEOUT)
     waited = reused = 0
     with variants.openai_client("seed", server.url(1), timeout=timeout) as client:
         for _ in range(SEED_REUSED_TRIALS):
@@ -221,7 +221,7 @@ def _seed_reused(server: ServerProcess) -> tuple[int, int]:
             server.wait_for_requests(requests + 1, index=1)
             latency, _collected = _fire(reader, call.interrupt.set, SETTLE)
             timed_out = reader.error is not None and any(
-                isinstance(e, httpx.ReadTimeout) for e in causes(reader.error)
+                isinstance(e, http.ReadTimeout) for e in causes(reader.error)
             )
             waited += timed_out and latency > SEED_READ_TIMEOUT / 2
             reused += server.connections_opened(1) == connections

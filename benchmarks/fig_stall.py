@@ -17,8 +17,9 @@ together. A trial in which the server itself paused longer than the budget betwe
 chunks (it happens when the machine is busy) is a real stall, not the scripted one: it is
 run again, at most twice, and counted in the notes.
 
-Plain httpx is given a read timeout equal to the budget: it catches a silent server, and
-never a server that sends keep-alive comments (each one restarts the read timeout).
+The plain client (the run's HTTP library alone) is given a read timeout equal to the
+budget: it catches a silent server, and never a server that sends keep-alive comments
+(each one restarts the read timeout).
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-import httpx
 import openai
 
 from hermes_transport import StreamPolicy, StreamStalled
 from hermes_transport.testing import Scenario
 
 from . import seed_model, variants
+from .flavor import http
 from .measure import causes, distribution, fmt_ms, fmt_s
 from .progress import say
 from .report import Row
@@ -83,10 +84,10 @@ class Outcome:
     early: bool  # the client's own stall error, before the last chunk
 
 
-class _Arrivals(httpx.SyncByteStream):
+class _Arrivals(http.SyncByteStream):
     """A response body passed through untouched, noting when data events go by."""
 
-    def __init__(self, inner: httpx.SyncByteStream) -> None:
+    def __init__(self, inner: http.SyncByteStream) -> None:
         self._inner = inner
         self.stamps: list[float] = []
 
@@ -106,8 +107,8 @@ class _Watch:
     def __init__(self) -> None:
         self.arrivals: _Arrivals | None = None
 
-    def hook(self, response: httpx.Response) -> None:
-        assert isinstance(response.stream, httpx.SyncByteStream)
+    def hook(self, response: http.Response) -> None:
+        assert isinstance(response.stream, http.SyncByteStream)
         self.arrivals = _Arrivals(response.stream)
         response.stream = self.arrivals
 
@@ -126,14 +127,14 @@ def _detected(variant: Variant, error: BaseException | None) -> bool:
     wanted: type[BaseException] = {
         "watchdog": StreamStalled,
         "seed": seed_model.SeedStalled,
-        "plain": httpx.ReadTimeout,
+        "plain": http.ReadTimeout,
     }[variant]
     return any(isinstance(e, wanted) for e in causes(error))
 
 
 def _client(variant: Variant, url: str, watch: _Watch) -> openai.OpenAI:
     if variant == "plain":
-        timeout = httpx.Timeout(10.0, read=BUDGET)
+        timeout = http.Timeout(10.0, read=BUDGET)
         return variants.openai_client("plain", url, timeout=timeout, response_hooks=[watch.hook])
     return variants.openai_client(variant, url, policy=POLICY, response_hooks=[watch.hook])
 
@@ -222,7 +223,7 @@ def _warm_up(server: ServerProcess) -> None:
 
 
 def _plain_comments(server: ServerProcess) -> tuple[int, float]:
-    """Plain httpx against keep-alives: (streams that ran until the server hung up, mean s)."""
+    """The plain client against keep-alives: (streams run until the server hung up, mean s)."""
     server.set_scenario(replace(STALLS["comments"], hold=PLAIN_COMMENT_HOLD))
     ran = 0
     durations = []

@@ -1,6 +1,7 @@
 """Figure 1: reading a long stream of small SSE events, with and without the watchdog.
 
-(a) raw bytes through httpx (``iter_raw``), the strictest case: nothing else costs anything;
+(a) raw bytes through the run's HTTP library, httpx or httpx2 (``iter_raw``), the strictest
+case: nothing else costs anything;
 (b) chat-completion chunks through the openai SDK, the real use.
 
 Each round opens one stream per client (plain, watchdog, seed model) and takes each to its
@@ -27,6 +28,7 @@ from hermes_transport import StreamPolicy
 from hermes_transport.testing import Scenario
 
 from . import seed_model, variants
+from .flavor import FLAVOR
 from .measure import fmt_s
 from .progress import say
 from .report import Row, Verdict
@@ -229,7 +231,7 @@ def run(quick: bool) -> list[Row]:
     return [
         _row(
             "1a",
-            f"raw SSE through httpx (iter_raw): {n} events ({megabytes:.0f} MB) after the first"
+            f"raw SSE through {FLAVOR} (iter_raw): {n} events ({megabytes:.0f} MB) after the first"
             f" chunk, median of {sizes.raw_rounds} (x plain)",
             "raw",
             raw,

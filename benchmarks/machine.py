@@ -10,7 +10,17 @@ from pathlib import Path
 
 __all__ = ["describe", "summary"]
 
-_PACKAGES = ("httpx", "httpcore", "h11", "anyio", "openai", "hermes-transport")
+# httpx2 and httpcore2 too, whatever the run's flavor: openai 3.x builds on them.
+_PACKAGES = (
+    "httpx",
+    "httpcore",
+    "httpx2",
+    "httpcore2",
+    "h11",
+    "anyio",
+    "openai",
+    "hermes-transport",
+)
 _ROOT = Path(__file__).resolve().parent.parent
 
 

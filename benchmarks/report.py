@@ -12,7 +12,7 @@ Verdict = Literal["PASS", "MISS", "info", "ERROR"]
 
 #: Column titles, in order, for the cells of a row.
 COLUMNS = ("watchdog", "plain", "seed")
-_TITLES = {"watchdog": "WatchdogTransport", "plain": "plain httpx", "seed": "seed model"}
+_TITLES = {"watchdog": "WatchdogTransport", "plain": "plain {library}", "seed": "seed model"}
 
 
 @dataclass
@@ -38,9 +38,11 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(rows: list[Row]) -> str:
-    """A Markdown table of ``rows``, then their notes."""
-    head = ["#", "figure", *(_TITLES[c] for c in COLUMNS), "target", "result"]
+def render(rows: list[Row], library: str) -> str:
+    """A Markdown table of ``rows``, then their notes; ``library`` is the run's HTTP library
+    (the plain client's)."""
+    titles = [_TITLES[c].format(library=library) for c in COLUMNS]
+    head = ["#", "figure", *titles, "target", "result"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row.key, row.figure, *(row.cells.get(c, "") for c in COLUMNS)]

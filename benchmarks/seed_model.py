@@ -15,9 +15,10 @@ own monitor thread:
 
 The socket is found after the headers in ``response.extensions["network_stream"]``; before
 them, on a new connection, from httpcore's ``connection.connect_tcp.complete`` trace event
-(a request hook installs the trace). A pooled connection that a call reuses gives no such
-event, so before its headers this model, like any design that finds the socket this way,
-has nothing to shut down. (The seed itself sidestepped reuse by building a new client, so a
+(a request hook installs the trace; httpcore2, under the httpx2 flavor, has the same
+extensions and events). A pooled connection that a call reuses gives no such event, so
+before its headers this model, like any design that finds the socket this way, has nothing
+to shut down. (The seed itself sidestepped reuse by building a new client, so a
 new connection, for every call.)
 
 What is left out, because it changes no figure: re-sends after a stall, status messages,
@@ -34,8 +35,9 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-import httpx
 import openai
+
+from .flavor import http
 
 __all__ = [
     "POLL_INTERVAL",
@@ -54,7 +56,7 @@ Trace = Callable[[str, dict[str, Any]], None]
 _current: ContextVar[SeedCall | None] = ContextVar("seed_call", default=None)
 
 
-class SeedStalled(httpx.RemoteProtocolError):
+class SeedStalled(http.RemoteProtocolError):
     """The monitor cut the stream for making no progress within the stale budget."""
 
 
@@ -99,14 +101,14 @@ class SeedCall:
         self.last_progress = time.monotonic()
 
     def attach(self, network_stream: Any) -> None:
-        """Remember the socket of ``network_stream`` (an httpcore network stream)."""
+        """Remember the socket of ``network_stream`` (an httpcore or httpcore2 network stream)."""
         sock = network_stream.get_extra_info("socket") if network_stream is not None else None
         if isinstance(sock, socket.socket):
             with self._lock:
                 self._socket = sock
             self.socket_found.set()
 
-    def attach_response(self, response: httpx.Response) -> None:
+    def attach_response(self, response: http.Response) -> None:
         """Remember the socket of a response whose headers have arrived."""
         self.attach(response.extensions.get("network_stream"))
 
@@ -130,8 +132,8 @@ class SeedCall:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-def trace_hook(request: httpx.Request) -> None:
-    """httpx request hook: let the running ``SeedCall`` see the socket of a new connection.
+def trace_hook(request: http.Request) -> None:
+    """Request hook: let the running ``SeedCall`` see the socket of a new connection.
 
     Chains any trace extension already on the request.
     """

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import machine
+from .flavor import FLAVOR
 from .report import Row, render
 
 __all__ = ["FIGURES", "run_suite"]
@@ -60,13 +61,14 @@ def run_suite(names: list[str], quick: bool, json_path: Path) -> int:
     took = time.monotonic() - started
     kind = "quick run (--quick): smaller sizes" if quick else "full run"
     header = (
-        f"hermes-transport benchmarks, {when:%Y-%m-%d %H:%M} UTC, {kind}, {took:.0f} s\n"
-        f"Machine: {machine.summary(info)}"
+        f"hermes-transport benchmarks, {when:%Y-%m-%d %H:%M} UTC, {kind}, flavor {FLAVOR},"
+        f" {took:.0f} s\nMachine: {machine.summary(info)}"
     )
-    print(f"\n{header}\n\n{render(rows)}")
+    print(f"\n{header}\n\n{render(rows, FLAVOR)}")
     document: dict[str, Any] = {
         "date": when.isoformat(timespec="seconds"),
         "quick": quick,
+        "flavor": FLAVOR,
         "figures": names,
         "seconds": round(took, 1),
         "machine": info,

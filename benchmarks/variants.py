@@ -1,11 +1,12 @@
 """The three clients every figure compares, built alike except for what is compared.
 
 * ``watchdog``: ``WatchdogTransport`` (or ``AsyncWatchdogTransport``);
-* ``plain``: httpx's own transport, the limit of cost (and of protection: none);
-* ``seed``: httpx's own transport driven by ``seed_model`` (its request hook included).
+* ``plain``: the HTTP library's own transport, the limit of cost (and of protection: none);
+* ``seed``: the library's own transport driven by ``seed_model`` (its request hook included).
 
 All share the openai SDK's connection limits, so that no figure measures a pool that is
-too small for one of them.
+too small for one of them, and the run's HTTP library (``flavor.http``: httpx or httpx2),
+so that the plain baseline is always the library under the watchdog.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 import openai
 
-from hermes_transport import AsyncWatchdogTransport, StreamPolicy, WatchdogTransport
+from hermes_transport import StreamPolicy
 
 from . import seed_model
+from .flavor import AsyncWatchdogTransport, WatchdogTransport, http
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -39,10 +40,10 @@ Variant = Literal["watchdog", "plain", "seed"]
 VARIANTS: tuple[Variant, ...] = ("plain", "watchdog", "seed")
 
 #: The openai SDK's defaults (DEFAULT_CONNECTION_LIMITS).
-LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+LIMITS = http.Limits(max_connections=1000, max_keepalive_connections=100)
 
-RequestHook = Callable[[httpx.Request], None]
-ResponseHook = Callable[[httpx.Response], None]
+RequestHook = Callable[[http.Request], None]
+ResponseHook = Callable[[http.Response], None]
 
 #: The chat request every figure sends (the server answers from its scenario anyway).
 CHAT: dict[str, Any] = {"model": "bench", "messages": [{"role": "user", "content": "hi"}]}
@@ -66,21 +67,21 @@ def http_client(
     variant: Variant,
     *,
     policy: StreamPolicy | None = None,
-    timeout: httpx.Timeout | float | None = 600.0,
+    timeout: http.Timeout | float | None = 600.0,
     hooks: Sequence[RequestHook] = (),
     response_hooks: Sequence[ResponseHook] = (),
-    limits: httpx.Limits = LIMITS,
-) -> httpx.Client:
+    limits: http.Limits = LIMITS,
+) -> http.Client:
     """A sync client for ``variant``; ``policy`` applies to the watchdog only."""
     request_hooks = list(hooks)
-    transport: httpx.BaseTransport
+    transport: http.BaseTransport
     if variant == "watchdog":
         transport = WatchdogTransport(policy=policy or StreamPolicy(), limits=limits)
     else:
-        transport = httpx.HTTPTransport(limits=limits)
+        transport = http.HTTPTransport(limits=limits)
     if variant == "seed":
         request_hooks.append(seed_model.trace_hook)  # last: it chains the traces before it
-    return httpx.Client(
+    return http.Client(
         transport=transport,
         timeout=timeout,
         event_hooks={"request": request_hooks, "response": list(response_hooks)},
@@ -91,17 +92,17 @@ def async_http_client(
     variant: Variant,
     *,
     policy: StreamPolicy | None = None,
-    limits: httpx.Limits = LIMITS,
-) -> httpx.AsyncClient:
+    limits: http.Limits = LIMITS,
+) -> http.AsyncClient:
     """An async client for ``variant`` (``watchdog`` or ``plain``: the seed was sync only)."""
     if variant == "seed":
         raise ValueError("the seed's design is sync only: no async client to build")
-    transport: httpx.AsyncBaseTransport
+    transport: http.AsyncBaseTransport
     if variant == "watchdog":
         transport = AsyncWatchdogTransport(policy=policy or StreamPolicy(), limits=limits)
     else:
-        transport = httpx.AsyncHTTPTransport(limits=limits)
-    return httpx.AsyncClient(transport=transport, timeout=600.0)
+        transport = http.AsyncHTTPTransport(limits=limits)
+    return http.AsyncClient(transport=transport, timeout=600.0)
 
 
 def openai_client(
@@ -109,15 +110,15 @@ def openai_client(
     base_url: str,
     *,
     policy: StreamPolicy | None = None,
-    timeout: httpx.Timeout | float = 600.0,
+    timeout: http.Timeout | float = 600.0,
     hooks: Sequence[RequestHook] = (),
     response_hooks: Sequence[ResponseHook] = (),
-    limits: httpx.Limits = LIMITS,
+    limits: http.Limits = LIMITS,
 ) -> openai.OpenAI:
     """An ``openai.OpenAI`` over ``http_client(variant)``, with no SDK retries.
 
     ``timeout`` is the SDK's, which it sends with every request (it overrides the
-    httpx client's own).
+    HTTP client's own).
     """
     client = http_client(
         variant,
