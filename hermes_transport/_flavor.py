@@ -13,7 +13,9 @@ optional and imported only when its flavor is asked for.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ __all__ = [
     "FlavorName",
     "concrete",
     "flavor_named",
+    "import_helpers",
     "library_of",
     "native_flavor",
 ]
@@ -80,10 +83,15 @@ class Flavor:
         return f"<Flavor {self.name}>"
 
 
-# The submodules `Flavor.of` looks in are not imported by the packages themselves.
-import httpcore._backends.sync  # noqa: E402
-import httpx._utils  # noqa: E402
+def import_helpers(*modules: str) -> None:
+    """Import the private submodules ``Flavor.of`` looks in (the packages do not import
+    them); one that another release moved is simply not found there."""
+    for module in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
 
+
+import_helpers("httpcore._backends.sync", "httpx._utils")
 HTTPX = Flavor.of("httpx", httpx, httpcore, StreamStalled)
 
 

@@ -24,9 +24,7 @@ from typing import Any
 
 try:
     import httpcore2
-    import httpcore2._backends.sync
     import httpx2
-    import httpx2._utils
 except ImportError as exc:  # pragma: no cover - exercised in an environment without httpx2
     raise ImportError(
         "hermes_transport.httpx2 needs the httpx2 package;"
@@ -58,6 +56,7 @@ class StreamStalled(  # type: ignore[misc]
 
 
 # The httpx2 flavor: what the shared shells look up instead of httpx's names.
+_flavor.import_helpers("httpcore2._backends.sync", "httpx2._utils")
 _FLAVOR = _flavor.Flavor.of("httpx2", httpx2, httpcore2, StreamStalled)
 
 

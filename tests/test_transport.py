@@ -791,3 +791,16 @@ def test_a_streaming_request_answered_without_an_event_stream_is_not_timed(
     client = watchdog_client(stale=0.2, first=0.2, inner=inner)
     response = client.post("http://mock/v1/chat/completions", json=chat_body())
     assert response.json() == {"error": "slow"}
+
+
+def test_the_libraries_private_helpers_are_found(flavor: Flavor) -> None:
+    """The core's own sync stream (guarded connect and TLS) and the library's proxy reader are
+    found on each installed flavor, so neither degrades silently on this release."""
+    from hermes_transport._flavor import flavor_named
+
+    found = flavor_named(flavor.name)
+    assert found.http is flavor.http
+    assert found.sync_stream is not None
+    assert found.sync_stream.__module__ == f"{found.core.__name__}._backends.sync"
+    assert found.environment_proxies is not None
+    assert found.stalled is flavor.StreamStalled
