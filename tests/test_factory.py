@@ -347,6 +347,7 @@ def test_a_flavor_next_to_a_given_http_client_is_refused(
 
 
 @SDK_FACTORIES
+@pytest.mark.skipif("httpx2" not in FLAVORS, reason="httpx2 is not installed (Python 3.10)")
 def test_flavor_httpx2_works_where_openai_takes_httpx2_and_fails_loudly_where_not(
     factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
