@@ -115,9 +115,10 @@ class ClientFactory:
         self.async_transport = async_transport
         _client_factories[flavor.name] = self
 
-    def sync(
+    def client(
         self,
         factory: str,
+        is_async: bool,
         platform: str | None,
         api_mode: str,
         provider: str | None,
@@ -125,23 +126,9 @@ class ClientFactory:
         interrupt: Interrupt | None,
         client_kwargs: dict[str, Any],
     ) -> Any:
-        """An http client over the flavor's ``WatchdogTransport``."""
+        """An http client (async: an async one) over the flavor's watchdog transport."""
         profile = _profile(platform, api_mode, provider, policy, interrupt)
-        return self._client(factory, False, profile, client_kwargs)
-
-    def async_(
-        self,
-        factory: str,
-        platform: str | None,
-        api_mode: str,
-        provider: str | None,
-        policy: StreamPolicy | None,
-        interrupt: Interrupt | None,
-        client_kwargs: dict[str, Any],
-    ) -> Any:
-        """An async http client over the flavor's ``AsyncWatchdogTransport``."""
-        profile = _profile(platform, api_mode, provider, policy, interrupt)
-        return self._client(factory, True, profile, client_kwargs)
+        return self._client(factory, is_async, profile, client_kwargs)
 
     def _client(
         self, factory: str, is_async: bool, profile: ClientProfile, client_kwargs: dict[str, Any]
@@ -228,8 +215,15 @@ def http_client_for(
     environment variables are honoured. ``hermes_transport.httpx2`` has the
     same factory for ``httpx2`` clients.
     """
-    client: httpx.Client = _HTTPX_CLIENTS.sync(
-        "http_client_for", platform, api_mode, provider, policy, interrupt, httpx_client_kwargs
+    client: httpx.Client = _HTTPX_CLIENTS.client(
+        "http_client_for",
+        False,
+        platform,
+        api_mode,
+        provider,
+        policy,
+        interrupt,
+        httpx_client_kwargs,
     )
     return client
 
@@ -244,8 +238,9 @@ def async_http_client_for(
     **httpx_async_client_kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``."""
-    client: httpx.AsyncClient = _HTTPX_CLIENTS.async_(
+    client: httpx.AsyncClient = _HTTPX_CLIENTS.client(
         "async_http_client_for",
+        True,
         platform,
         api_mode,
         provider,
@@ -355,9 +350,9 @@ def _sdk_client(
     http_client = openai_kwargs.pop("http_client", None)
     built = http_client is None
     if built:
-        build = clients.async_ if is_async else clients.sync
-        http_client = build(
+        http_client = clients.client(
             factory,
+            is_async,
             choice.platform,
             choice.api_mode,
             choice.provider,

@@ -124,8 +124,15 @@ def http_client_for(
 ) -> httpx2.Client:
     """An ``httpx2.Client`` over this flavor's ``WatchdogTransport``; as
     ``hermes_transport.http_client_for``."""
-    client: httpx2.Client = _clients.sync(
-        "http_client_for", platform, api_mode, provider, policy, interrupt, httpx_client_kwargs
+    client: httpx2.Client = _clients.client(
+        "http_client_for",
+        False,
+        platform,
+        api_mode,
+        provider,
+        policy,
+        interrupt,
+        httpx_client_kwargs,
     )
     return client
 
@@ -141,8 +148,9 @@ def async_http_client_for(
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` over this flavor's ``AsyncWatchdogTransport``; as
     ``hermes_transport.async_http_client_for``."""
-    client: httpx2.AsyncClient = _clients.async_(
+    client: httpx2.AsyncClient = _clients.client(
         "async_http_client_for",
+        True,
         platform,
         api_mode,
         provider,
