@@ -86,6 +86,20 @@ SDK_FLAVORS = (
 )
 
 
+def inner_transport_settings(monkeypatch: Any, transport_class: type[Any]) -> list[dict[str, Any]]:
+    """Record the keyword arguments of every ``transport_class`` built (a ``cert`` is
+    recorded but not loaded: the test's file does not exist)."""
+    seen: list[dict[str, Any]] = []
+    real_init = transport_class.__init__
+
+    def spy(self: Any, **kwargs: Any) -> None:
+        seen.append(kwargs)
+        real_init(self, **{k: v for k, v in kwargs.items() if k != "cert"})
+
+    monkeypatch.setattr(transport_class, "__init__", spy)
+    return seen
+
+
 def chat_body(stream: bool = True, **extra: Any) -> dict[str, Any]:
     """A minimal chat-completions request body."""
     messages = [{"role": "user", "content": "hi"}]

@@ -33,7 +33,13 @@ from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, pr
 from hermes_transport._loop_watchdog import loop_watchdog
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
-from _support import CONNECTION_SETTINGS, OPENAI_MAJOR, Flavor, chat_body
+from _support import (
+    CONNECTION_SETTINGS,
+    OPENAI_MAJOR,
+    Flavor,
+    chat_body,
+    inner_transport_settings,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -842,15 +848,7 @@ async def test_connection_settings_configure_the_inner_transport(
 ) -> None:
     """Every connection setting given to the async factories is handed to the inner AsyncHTTPTransport of their library."""
     settings = in_flavor(settings, sdk_flavor)
-    seen: list[dict[str, Any]] = []
-    transport_class = sdk_flavor.http.AsyncHTTPTransport
-    real_init = transport_class.__init__
-
-    def spy(self: Any, **kwargs: Any) -> None:
-        seen.append(kwargs)
-        real_init(self, **{k: v for k, v in kwargs.items() if k != "cert"})
-
-    monkeypatch.setattr(transport_class, "__init__", spy)
+    seen = inner_transport_settings(monkeypatch, sdk_flavor.http.AsyncHTTPTransport)
     await sdk_flavor.async_http_client_for("cron", **settings).aclose()
     await async_openai_client_for("cli", api_key="x", flavor=sdk_flavor.name, **settings).close()
     assert len(seen) == 2

@@ -28,6 +28,7 @@ from _support import (
     SDK_FLAVORS,
     Flavor,
     chat_body,
+    inner_transport_settings,
     load_flavor,
 )
 
@@ -116,15 +117,7 @@ def test_connection_settings_configure_the_inner_transport(
 ) -> None:
     """Every connection setting given to the factories is handed to the inner HTTPTransport of their library."""
     settings = in_flavor(settings, sdk_flavor)
-    seen: list[dict[str, Any]] = []
-    transport_class = sdk_flavor.http.HTTPTransport
-    real_init = transport_class.__init__
-
-    def spy(self: Any, **kwargs: Any) -> None:
-        seen.append(kwargs)
-        real_init(self, **{k: v for k, v in kwargs.items() if k != "cert"})
-
-    monkeypatch.setattr(transport_class, "__init__", spy)
+    seen = inner_transport_settings(monkeypatch, sdk_flavor.http.HTTPTransport)
     sdk_flavor.http_client_for("cron", **settings).close()
     openai_client_for("cli", api_key="x", flavor=sdk_flavor.name, **settings).close()
     assert len(seen) == 2
