@@ -86,6 +86,7 @@ class AsyncTrackingBackend(Tracking, httpcore.AsyncNetworkBackend):
         guard = current_guard.get()
         if guard is not None:
             guard.stage = "connecting"
+            guard.start_budget()  # a new connection: the pool wait is over
         return AsyncTrackingStream(
             await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
         )

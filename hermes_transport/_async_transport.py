@@ -17,7 +17,8 @@ classes only name their HTTP library.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -54,8 +55,9 @@ class _CancelAttempt:
         self._watcher = watcher
         self.active = True  # loop-thread state: False once the scope has exited
 
-    def kill(self) -> None:
+    def kill(self) -> bool:
         self._watcher.call_soon_threadsafe(self._cancel)
+        return True
 
     def _cancel(self) -> None:
         if self.active:
@@ -89,6 +91,10 @@ class AsyncWatchedStream(BodyWatch):
         # never closes those, and trio warns when they are collected.
         self._drains = drains
         self._read_after_kill = 0
+        # The caller's iteration, once started: aclose() must know whether a
+        # task is inside it right now.
+        self._iteration: AsyncGenerator[bytes, None] | None = None
+        self._closed = False
 
     def _draining(self, chunk: bytes) -> bool:
         """After a kill (``guard.fired`` is set): whether to drop ``chunk`` and read on."""
@@ -107,7 +113,11 @@ class AsyncWatchedStream(BodyWatch):
         self._ended()
         self._progressed()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._iteration = iteration = self._iterate()
+        return iteration
+
+    async def _iterate(self) -> AsyncGenerator[bytes, None]:
         try:
             for chunk in self._take_held():
                 yield chunk
@@ -117,17 +127,33 @@ class AsyncWatchedStream(BodyWatch):
                     continue
                 self._saw(chunk)
                 yield chunk
+            if self._closed:
+                # Closed by another task while the caller held a chunk: the
+                # body did not end, so it must not look complete.
+                raise self._attempt.flavor.http.StreamClosed()
             self._ended()
         except self._attempt.dead as exc:
             # The body is dead: release everything now, since a caller's
             # aiter_raw() (for one) does not close a response that raised.
-            await self.aclose()
+            await self._aclose()
+            if self._cut_after_done():
+                return
             error = self._failure(exc)
             if error is None:
                 raise
             raise error from exc
 
     async def aclose(self) -> None:
+        if getattr(self._iteration, "ag_running", False):
+            # Another task is reading this body right now, and its generators
+            # cannot be closed from here: stop the read instead; the reader
+            # closes everything as it unwinds.
+            self._guard.close_from_afar()
+            return
+        await self._aclose()
+
+    async def _aclose(self) -> None:
+        self._closed = True
         if self._start_drain():
             await self._drain()
         # Disarm before the connection can go back to the pool (see _guard).
@@ -155,6 +181,7 @@ class AsyncInner(Protocol):
 
 
 _AsyncInner = TypeVar("_AsyncInner", bound=AsyncInner)
+_Self = TypeVar("_Self", bound="AsyncWatchdog[Any]")
 
 
 class AsyncWatchdog(Shell[_AsyncInner]):
@@ -185,7 +212,7 @@ class AsyncWatchdog(Shell[_AsyncInner]):
         exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
         watcher = loop_watchdog()
         while True:
-            guard, attempt = exchange.begin()
+            guard, attempt = exchange.begin(watcher.arm, self._sockets_reachable)
             try:
                 response = await self._send(request, guard, attempt, exchange, watcher)
             except BaseException as exc:
@@ -253,6 +280,26 @@ class AsyncWatchdog(Shell[_AsyncInner]):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+    # A client enters and exits its transport (httpx's own pool opens and shuts
+    # there); the inner transport gets the same calls, as httpx gives its own.
+    async def __aenter__(self: _Self) -> _Self:
+        enter = getattr(self._inner, "__aenter__", None)
+        if enter is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        exit_ = getattr(self._inner, "__aexit__", None)
+        if exit_ is not None:
+            await exit_(exc_type, exc_value, traceback)
+        else:
+            await self._inner.aclose()
 
 
 class AsyncWatchdogTransport(AsyncWatchdog[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):

@@ -9,7 +9,6 @@ connection) the stream attaches itself to that request's guard.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
 import threading
@@ -20,6 +19,7 @@ import httpcore
 
 from ._flavor import Flavor
 from ._guard import Guard, current_guard
+from ._sockets import shutdown_socket
 
 __all__ = [
     "Tracked",
@@ -30,22 +30,6 @@ __all__ = [
     "shutdown_socket",
     "track_sockets",
 ]
-
-
-def shutdown_socket(sock: object) -> None:
-    """Shut ``sock`` down from any thread, waking a reader blocked on it.
-
-    ``ssl.SSLSocket.shutdown`` would tear the TLS session down from this
-    thread; the plain socket call only stops the transport underneath. The
-    socket objects of event loops (asyncio's ``TransportSocket``, trio's
-    socket) wrap a plain socket, which is shut down the same way.
-    """
-    if not isinstance(sock, socket.socket):
-        sock = getattr(sock, "_sock", None)
-    if isinstance(sock, socket.socket):
-        # OSError: already closed or never connected, so nothing is left to wake.
-        with contextlib.suppress(OSError):
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def refuse_http2(enabled: object, transport: str) -> None:
@@ -71,6 +55,7 @@ class Tracked:
         guard = current_guard.get()
         if guard is not None:
             guard.stage = "sending"
+            guard.start_budget()  # a pooled connection: the pool wait is over
         if guard is not self._guard:
             if self._guard is not None:
                 self._guard.detach(self)
@@ -89,8 +74,8 @@ class Tracked:
             self._guard.detach(self)
             self._guard = None
 
-    def kill(self) -> None:
-        shutdown_socket(self._inner.get_extra_info("socket"))
+    def kill(self) -> bool:
+        return shutdown_socket(self._inner.get_extra_info("socket"))
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
@@ -177,8 +162,8 @@ class _Connecting:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
 
-    def kill(self) -> None:
-        shutdown_socket(self._sock)
+    def kill(self) -> bool:
+        return shutdown_socket(self._sock)
 
 
 def _connect_guarded(
@@ -285,6 +270,8 @@ class TrackingBackend(Tracking, httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         guard, flavor = current_guard.get(), self._flavor
+        if guard is not None:
+            guard.start_budget()  # a new connection: the pool wait is over
         sync_stream: Any = flavor.sync_stream
         if (
             guard is None

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 
 from ._errors import StreamStalled
 
-__all__ = ["Call", "bind_call", "call_for_request"]
+__all__ = ["Call", "bind_call", "call_for_request", "under_runner"]
 
 RETRY_HEADER = "x-stainless-retry-count"
 
@@ -32,16 +32,13 @@ RETRY_HEADER = "x-stainless-retry-count"
 class Call:
     """The stall re-send budget of one logical call."""
 
-    __slots__ = ("attempts", "handoff", "last_stall", "resends_left")
+    __slots__ = ("attempts", "last_stall", "resends_left")
 
-    def __init__(self, resends: int, *, handoff: bool = False) -> None:
+    def __init__(self, resends: int) -> None:
         self.resends_left = resends
         self.attempts = 0  # sent so far, by every layer
         # The stall that ended the latest attempt, until an attempt gets a response.
         self.last_stall: StreamStalled | None = None
-        # True under the runner: a stall raised from the request is handed up
-        # in a form the SDK passes through without retrying (see _runner).
-        self.handoff = handoff
 
     def start_attempt(self) -> int:
         """Count one more attempt; return its number (1-based)."""
@@ -72,6 +69,11 @@ def bind_call(call: Call) -> Iterator[Call]:
         yield call
     finally:
         _runner_call.reset(token)
+
+
+def under_runner() -> bool:
+    """Whether this context runs inside a streaming runner (``bind_call``)."""
+    return _runner_call.get() is not None
 
 
 def call_for_request(headers: Mapping[str, str], resends: int) -> Call:

@@ -33,11 +33,11 @@ from typing import Literal, TypeVar, cast
 import httpx
 
 __all__ = [
-    "StallHandoff",
+    "Handoff",
     "StreamInterrupted",
     "StreamStalled",
+    "for_caller",
     "interrupted_before_response",
-    "stall_for_caller",
 ]
 
 Stage = Literal["first_event", "mid_stream"]
@@ -84,60 +84,70 @@ class StreamInterrupted(InterruptedError):
         self.stage = stage
 
 
-_sdk_classes: dict[tuple[type[Exception], type[Exception]], type[Exception]] = {}
+_sdk_classes: dict[tuple[type[Exception], ...], type[Exception]] = {}
+
+#: The SDKs whose own base error makes their retry loop let an exception raised
+#: by a transport through untouched (module name, class name).
+_SDK_ERRORS = (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
 
 
 def _also_sdk_error(cls: type[_E]) -> type[_E]:
-    """``cls``, also made an ``openai.OpenAIError`` when the SDK is loaded.
+    """``cls``, also made the base error of every SDK that is loaded.
 
-    openai 2.x and 3.x let their own errors raised from a transport through
-    untouched, without retrying them; the class keeps its name and doc.
+    openai 2.x and 3.x and anthropic let their own errors raised from a
+    transport through untouched, without retrying them (and without sleeping
+    their back-off first); the class keeps its name and doc.
     """
-    sdk_error = _sdk_error()
-    if sdk_error is None:
+    sdk_errors = _sdk_errors()
+    if not sdk_errors:
         return cls
-    mixed = _sdk_classes.get((cls, sdk_error))
+    key: tuple[type[Exception], ...] = (cls, *sdk_errors)
+    mixed = _sdk_classes.get(key)
     if mixed is None:
         attrs = {"__module__": __name__, "__doc__": cls.__doc__}
-        mixed = _sdk_classes[(cls, sdk_error)] = type(cls.__name__, (cls, sdk_error), attrs)
+        mixed = _sdk_classes[key] = type(cls.__name__, key, attrs)
     return cast("type[_E]", mixed)
 
 
 def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInterrupted:
     """A ``StreamInterrupted`` to raise before the response has returned.
 
-    The openai SDK (2.x) retries, with backoff sleeps, any exception a
-    transport raises before the response, except its own ``OpenAIError``s. So
-    when the SDK is loaded the error is also an ``openai.OpenAIError``: the SDK
-    lets it through untouched, once. ``except StreamInterrupted`` and ``except
-    InterruptedError`` still catch it.
+    The openai SDK (2.x) and the anthropic SDK retry, with back-off sleeps,
+    any exception a transport raises before the response, except their own
+    base errors. So the error is also each loaded SDK's base error: the SDK
+    lets it through untouched, once. ``except StreamInterrupted`` and
+    ``except InterruptedError`` still catch it. (openai 1.x retries every
+    exception: see ``Handoff`` for how the runners avoid that.)
     """
     return _also_sdk_error(StreamInterrupted)(reason, stage=stage)
 
 
-class StallHandoff(Exception):
-    """Carries a ``StreamStalled`` from the transport to the streaming runner.
+class Handoff(BaseException):
+    """Carries our error from the transport to the streaming runner, past the SDK.
 
-    Under the runner, a stall raised before the response must not be retried
-    by the openai SDK (the runner owns the re-send budget), and the SDK retries
-    every ``httpx.TimeoutException``. So there the transport raises this
-    instead (also an ``openai.OpenAIError``, which SDK 2.x and 3.x pass through
-    untouched) and the runner raises ``.stall``. Never seen outside the runner.
+    Under a runner, an error raised before the response must reach the runner
+    without the SDK retrying it and sleeping its back-off: the runner owns the
+    re-send budget, and an interrupt is never retried. Every SDK major
+    catches ``Exception`` around a request (openai 1.x retries them all), so
+    this is a ``BaseException``: it passes every SDK untouched, and the runner,
+    which alone raises it, turns it back into ``.error``. Never seen outside
+    a runner.
     """
 
-    def __init__(self, stall: StreamStalled) -> None:
-        super().__init__(str(stall))
-        self.stall = stall
+    def __init__(self, error: StreamStalled | StreamInterrupted) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
-def stall_for_caller(stall: StreamStalled, *, handoff: bool) -> Exception:
-    """The exception ``handle_request`` raises for a final stall."""
-    return _also_sdk_error(StallHandoff)(stall) if handoff else stall
+def for_caller(error: StreamStalled | StreamInterrupted, *, handoff: bool) -> BaseException:
+    """What ``handle_request`` raises for a final stall or an interrupt."""
+    return Handoff(error) if handoff else error
 
 
-def _sdk_error() -> type[Exception] | None:
-    openai = sys.modules.get("openai")
-    sdk_error = getattr(openai, "OpenAIError", None)
-    if isinstance(sdk_error, type) and issubclass(sdk_error, Exception):
-        return sdk_error
-    return None
+def _sdk_errors() -> tuple[type[Exception], ...]:
+    found = []
+    for module_name, class_name in _SDK_ERRORS:
+        sdk_error = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(sdk_error, type) and issubclass(sdk_error, Exception):
+            found.append(sdk_error)
+    return tuple(found)

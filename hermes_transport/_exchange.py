@@ -8,7 +8,6 @@ per-stream state and the per-chunk step. Neither does I/O, sleeps or awaits.
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -16,14 +15,15 @@ from typing import Any, ClassVar, Generic, TypeVar
 import httpx
 
 from ._backend import Tracked, refuse_http2, shutdown_socket, track_sockets
-from ._calls import Call, call_for_request
+from ._calls import Call, call_for_request, under_runner
+from ._clock import monotonic
 from ._errors import (
     StreamInterrupted,
     StreamStalled,
+    for_caller,
     interrupted_before_response,
-    stall_for_caller,
 )
-from ._flavor import Flavor, library_of
+from ._flavor import Flavor, library_of, runs_on
 from ._guard import Guard
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
@@ -51,10 +51,15 @@ HOLD_LIMIT = 1024 * 1024
 #: pool, if the rest comes within these bounds; otherwise it is closed.
 DRAIN_BYTES = 64 * 1024
 DRAIN_SECONDS = 0.05
+#: A caller that reads on after ``data: [DONE]`` (openai 1.x does) waits at
+#: most this long for the body's end; then the body ends there, cleanly, and
+#: its connection is closed: the answer was complete at ``[DONE]``.
+AFTER_DONE_SECONDS = 0.5
 
 Arm = Callable[[Guard], None]
 
 STAGE_NAMES = {
+    "pool": "waiting for a connection from the pool",
     "connecting": "connecting",
     "sending": "sending the request",
     "headers": "waiting for headers",
@@ -83,7 +88,7 @@ class Attempt:
         self.dead: tuple[type[Exception], ...] = (flavor.http.TransportError, OSError, Fired)
         self.number = number  # of the logical call, SDK retries and runner re-sends included
         self.budget = budget
-        self.started = time.monotonic()
+        self.started = monotonic()
         # Never log a query string: some providers put API keys there.
         url = request.url
         self.url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
@@ -105,8 +110,12 @@ def _mapped_error(
     """
     if guard.fired is None or not isinstance(exc, attempt.dead):
         return None
-    elapsed = time.monotonic() - attempt.started
+    elapsed = monotonic() - attempt.started
     stage = guard.fired_stage or guard.stage
+    if guard.fired == "closed":
+        # What httpx raises when a closed response is read: the truth, here too.
+        closed: Exception = attempt.flavor.http.StreamClosed()
+        return closed
     if guard.fired == "interrupted":
         reason = guard.reason or "interrupted"
         logger.info(
@@ -151,8 +160,8 @@ class _ForeignConnection:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
-    def kill(self) -> None:
-        shutdown_socket(self._stream.get_extra_info("socket"))
+    def kill(self) -> bool:
+        return shutdown_socket(self._stream.get_extra_info("socket"))
 
 
 def check_settings(
@@ -169,7 +178,7 @@ def check_settings(
     ``method`` is what the shell calls on ``inner`` (``handle_request`` or
     ``handle_async_request``).
     """
-    if inner is not None:
+    if inner is not None and not runs_on(inner, flavor):
         library = library_of(inner)
         if library is not None and library != flavor.name:
             home = "hermes_transport" + ("" if library == "httpx" else f".{library}")
@@ -178,11 +187,11 @@ def check_settings(
                 f" ({type(inner).__name__}): use {home}.{transport} with it, or give an"
                 f" {flavor.name} inner transport"
             )
-        if not callable(getattr(inner, method, None)):
-            raise TypeError(
-                f"inner must be a transport with {method}() ({transport} is"
-                f" {'async' if 'async' in method else 'sync'}), got {inner!r}"
-            )
+    if inner is not None and not callable(getattr(inner, method, None)):
+        raise TypeError(
+            f"inner must be a transport with {method}() ({transport} is"
+            f" {'async' if 'async' in method else 'sync'}), got {inner!r}"
+        )
     if inner is not None and settings:
         raise TypeError(
             f"{transport} got {', '.join(sorted(settings))} together"
@@ -253,7 +262,16 @@ class Exchange:
     ``failed()`` whether to send again (``None``) or what to raise.
     """
 
-    __slots__ = ("_budget", "_call", "_flavor", "_policy", "_replayable", "_request", "_tokens")
+    __slots__ = (
+        "_budget",
+        "_call",
+        "_flavor",
+        "_handoff",
+        "_policy",
+        "_replayable",
+        "_request",
+        "_tokens",
+    )
 
     def __init__(
         self,
@@ -266,20 +284,25 @@ class Exchange:
         self._request = request
         self._flavor = flavor
         self._policy = policy
-        self._replayable = isinstance(request.stream, flavor.http.ByteStream)
+        # A ByteStream is bytes in memory: replayable, and readable without
+        # consuming anything. (A request httpx rebuilt for a 307/308 redirect
+        # carries the original ByteStream but has no `content` of its own.)
+        stream = request.stream
+        self._replayable = isinstance(stream, flavor.http.ByteStream)
         streaming = wants_stream(
             request.headers.get("accept", ""),
             request.headers.get("content-type", ""),
-            request.content if self._replayable else None,
+            b"".join(stream) if self._replayable else None,  # type: ignore[arg-type]
         )
         self._budget = policy.first_event_budget if streaming else None
         self._call: Call | None = (
             call_for_request(request.headers, policy.retries) if self._budget is not None else None
         )
+        self._handoff = under_runner()
         if self._call is not None and self._call.exhausted_by_stalls():
             # An SDK retry of a stream whose re-sends are spent: fail at once, offline.
             assert self._call.last_stall is not None
-            raise stall_for_caller(self._call.last_stall, handoff=self._call.handoff)
+            raise for_caller(self._call.last_stall, handoff=self._handoff)
         self._tokens = (*bound, own_interrupt) if own_interrupt is not None else tuple(bound)
 
     @property
@@ -287,10 +310,13 @@ class Exchange:
         """Whether the response is held back until its first progress event."""
         return self._budget is not None
 
-    def begin(self) -> tuple[Guard, Attempt]:
+    def begin(self, arm: Arm, sockets_reachable: bool) -> tuple[Guard, Attempt]:
         """A new attempt with its guard bound to the interrupt tokens; raises if one fired.
 
-        The guard's deadline is set; the shell arms it on its watchdog.
+        The first-event budget runs from when the attempt gets its connection
+        where the guard can see that (``sockets_reachable``: the shell tracks
+        its inner transport's connections), else from now. The guard's deadline
+        is set or put off; the shell arms it with ``arm`` either way.
         """
         call, request = self._call, self._request
         number = call.start_attempt() if call is not None else 1
@@ -301,9 +327,16 @@ class Exchange:
             logger.info(
                 "%s %s not sent: already interrupted: %s", request.method, attempt.url, reason
             )
-            raise interrupted_before_response(reason, stage="before_sending")
+            raise for_caller(
+                interrupted_before_response(reason, stage="before_sending"),
+                handoff=self._handoff,
+            )
         if self._budget is not None:
-            guard.deadline = attempt.started + self._budget
+            if sockets_reachable:
+                guard.stage = "pool"
+                guard.budget_from_connection(self._budget, arm)
+            else:
+                guard.deadline = attempt.started + self._budget
         return guard, attempt
 
     def succeeded(self) -> None:
@@ -317,6 +350,10 @@ class Exchange:
         error = _mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
         if error is None:
             return exc
+        if isinstance(error, StreamInterrupted):
+            if self._handoff:
+                error.__cause__ = exc  # kept when the runner unwraps the handoff
+            return for_caller(error, handoff=self._handoff)
         if not isinstance(error, StreamStalled):
             return error
         call = self._call
@@ -333,7 +370,7 @@ class Exchange:
             return None
         logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
         error.__cause__ = exc  # kept when the runner unwraps a handoff
-        return stall_for_caller(error, handoff=call.handoff)
+        return for_caller(error, handoff=self._handoff)
 
     def meter_for(
         self, response: httpx.Response, guard: Guard, sockets_reachable: bool
@@ -347,7 +384,14 @@ class Exchange:
             raise Fired
         if not sockets_reachable:
             network_stream = response.extensions.get("network_stream")
-            if network_stream is not None and not isinstance(network_stream, Tracked):
+            if (
+                network_stream is not None
+                and not isinstance(network_stream, Tracked)
+                # One HTTP/2 socket carries sibling streams: shutting it down to
+                # stop this one would kill them too. Such a body is stopped when
+                # its next bytes arrive (or by its read timeout) instead.
+                and response.extensions.get("http_version") != b"HTTP/2"
+            ):
                 guard.attach(_ForeignConnection(network_stream))
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
             return ProgressMeter(
@@ -421,7 +465,7 @@ class BodyWatch:
         if self._complete or meter is None or not meter.done or guard.fired is not None:
             return False
         guard.stage = "draining"
-        guard.deadline = time.monotonic() + DRAIN_SECONDS
+        guard.deadline = monotonic() + DRAIN_SECONDS
         self._arm(guard)
         return True
 
@@ -435,12 +479,19 @@ class BodyWatch:
         return held
 
     def _progressed(self) -> None:
-        guard = self._guard
+        guard, meter = self._guard, self._meter
+        if meter is not None and meter.done:
+            # Complete at [DONE]: only the end of the body is left, and a caller
+            # that reads on (openai 1.x) waits for it at most AFTER_DONE_SECONDS.
+            guard.stage = "after_done"
+            guard.deadline = None if self._complete else monotonic() + AFTER_DONE_SECONDS
+            self._arm(guard)  # earlier than the stale deadline: pushed, not moved
+            return
         guard.stage = "mid_stream"
-        if self._stale is None or (self._meter is not None and self._meter.done):
+        if self._stale is None:
             guard.deadline = None
             return
-        guard.deadline = time.monotonic() + self._stale
+        guard.deadline = monotonic() + self._stale
         if not self._armed:
             # Once per attempt: the stale deadline may be earlier than the
             # first-event one the heap holds, so it must be pushed, not lazily moved.
@@ -454,9 +505,15 @@ class BodyWatch:
         meter = self._meter
         if meter is not None and meter.feed(chunk):
             if self._armed and not meter.done:
-                self._guard.deadline = time.monotonic() + self._stale  # type: ignore[operator]
+                self._guard.deadline = monotonic() + self._stale  # type: ignore[operator]
             else:
                 self._progressed()
+
+    def _cut_after_done(self) -> bool:
+        """Whether the body was cut only because its end did not follow ``[DONE]`` in time:
+        then it ends there, cleanly (its connection is closed, not pooled)."""
+        guard = self._guard
+        return guard.fired == "stalled" and guard.fired_stage == "after_done"
 
     def _failure(self, exc: BaseException) -> Exception | None:
         """The error to raise instead of ``exc`` (the body is already closed), if any."""
@@ -479,13 +536,10 @@ _Response = TypeVar("_Response", bound=httpx.Response)
 
 
 def rebuilt(response: _Response, stream: Any) -> _Response:
-    """``response`` with its body replaced; ``extensions`` kept (the network stream is there).
+    """``response`` itself, with its body stream replaced by the watched one.
 
-    Of the same class as ``response``: each flavor's client checks for its own.
+    Nothing else changes: the caller gets the inner transport's own object,
+    with its class, ``request``, ``extensions`` and any state it already had.
     """
-    return type(response)(
-        status_code=response.status_code,
-        headers=response.headers,
-        stream=stream,
-        extensions=response.extensions,
-    )
+    response.stream = stream
+    return response

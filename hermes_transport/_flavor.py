@@ -36,6 +36,7 @@ __all__ = [
     "import_helpers",
     "library_of",
     "native_flavor",
+    "runs_on",
 ]
 
 FlavorName = Literal["httpx", "httpx2"]
@@ -123,14 +124,25 @@ def native_flavor() -> FlavorName:
 
 
 def library_of(transport: object) -> FlavorName | None:
-    """Which HTTP library's transport ``transport`` is, if it is one of theirs."""
+    """Which HTTP library's transport ``transport`` is, if it is one of theirs.
+
+    Told by the libraries' own classes, looked up under each library's real
+    name: under ``httpx2.alias_httpx()`` the module imported as ``httpx`` is
+    httpx2 itself (and class ``__module__`` names cannot be trusted: openai
+    3.x rewrites httpx2's).
+    """
     for name in FLAVOR_NAMES:
         module = sys.modules.get(name)  # a library never imported made no transport
-        if module is not None and isinstance(
-            transport, (module.BaseTransport, module.AsyncBaseTransport)
-        ):
+        if module is None or module.__name__ != name:  # an alias of the other one
+            continue
+        if isinstance(transport, (module.BaseTransport, module.AsyncBaseTransport)):
             return name
     return None
+
+
+def runs_on(transport: object, flavor: Flavor) -> bool:
+    """Whether ``transport`` is a transport of ``flavor``'s own library (sync or async)."""
+    return isinstance(transport, (flavor.http.BaseTransport, flavor.http.AsyncBaseTransport))
 
 
 @functools.cache

@@ -16,8 +16,9 @@ Invariants, all under ``_lock``:
 - a close of the attached connection by another thread while the guard is
   open is deferred (``defer_close``) and done when the guard closes, so no
   socket is closed under a request that is still using it.
-- with no connection attached, a kill stops the ``fallback`` instead (an async
-  attempt cancels its own cancel scope: connecting, DNS, a pool wait).
+- with no connection attached, or one whose socket cannot be reached, a kill
+  stops the ``fallback`` instead (an async attempt cancels its own cancel
+  scope: connecting, DNS, a pool wait).
 Shutdown (or scheduling a cancel on an event loop) is the only work done
 under the lock; neither blocks.
 """
@@ -25,23 +26,27 @@ under the lock; neither blocks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, cast
+
+from ._clock import monotonic
 
 if TYPE_CHECKING:
     from ._interrupt import Interrupt
 
-__all__ = ["Guard", "Killable", "current_guard"]
+__all__ = ["FiredKind", "Guard", "Killable", "current_guard"]
 
-Fired = Literal["stalled", "interrupted"]
+#: Why a guard fired: its deadline passed, an ``Interrupt`` fired, or another
+#: thread or task closed the response while its body was being read.
+FiredKind = Literal["stalled", "interrupted", "closed"]
 
 
 class Killable(Protocol):
     """A connection that can be stopped from a foreign thread."""
 
-    def kill(self) -> None:
-        """Shut the socket down (never close it: the owner does that)."""
+    def kill(self) -> bool:
+        """Shut the socket down (never close it: the owner does that); whether it was reached."""
 
 
 class DeferredClose(Protocol):
@@ -60,6 +65,8 @@ class Guard:
         "_deferred_close",
         "_fallback",
         "_lock",
+        "_pending_arm",
+        "_pending_budget",
         "_tokens",
         "deadline",
         "fired",
@@ -71,7 +78,7 @@ class Guard:
     def __init__(self, stage: str = "connecting") -> None:
         # Read by the watchdog without the lock; written by the owner (lazy re-arm).
         self.deadline: float | None = None
-        self.fired: Fired | None = None
+        self.fired: FiredKind | None = None
         self.reason: str | None = None
         # Where the attempt is, for error messages and logs; owner-written.
         self.stage = stage
@@ -82,6 +89,9 @@ class Guard:
         self._closed = False
         self._deferred_close: DeferredClose | None = None
         self._tokens: Sequence[Interrupt] = ()
+        # A budget that starts only once the attempt has a connection (see start_budget).
+        self._pending_budget: float | None = None
+        self._pending_arm: Callable[[Guard], None] | None = None
 
     def bind(self, tokens: Sequence[Interrupt]) -> bool:
         """Register with interrupt tokens; ``False`` (and fired) if one is already interrupted."""
@@ -98,6 +108,25 @@ class Guard:
         self._tokens = registered
         return True
 
+    def budget_from_connection(self, budget: float, arm: Callable[[Guard], None]) -> None:
+        """Start the deadline (``budget`` seconds, armed with ``arm``) only when the
+        attempt gets its connection (``start_budget``): a wait for a free
+        connection in a full pool is the client's, not the server's. Owner only."""
+        self.deadline = None
+        self._pending_budget = budget
+        self._pending_arm = arm
+
+    def start_budget(self) -> None:
+        """The attempt has a connection (connecting a new one, or writing to a pooled
+        one): start a budget put off by ``budget_from_connection``. Owner only."""
+        budget, arm = self._pending_budget, self._pending_arm
+        if budget is None or arm is None:
+            return
+        self._pending_budget = self._pending_arm = None
+        if self.fired is None and not self._closed:
+            self.deadline = monotonic() + budget
+            arm(self)
+
     def attach(self, conn: Killable) -> None:
         """Make ``conn`` the connection a kill shuts down."""
         with self._lock:
@@ -106,7 +135,7 @@ class Guard:
             self._conn = conn
             if self.fired is not None:
                 # Fired before the attempt had a socket (e.g. while connecting).
-                conn.kill()
+                self._kill()
 
     def set_fallback(self, fallback: Killable | None) -> None:
         """What a kill stops while no connection is attached (an async attempt's cancel scope)."""
@@ -139,6 +168,10 @@ class Guard:
         """Called by an interrupt token, from any thread."""
         self._fire("interrupted", reason)
 
+    def close_from_afar(self) -> None:
+        """Another thread or task closed the response while its body is being read."""
+        self._fire("closed", "the response was closed while its body was being read")
+
     def close(self) -> None:
         """Disarm for good: no deadline, no connection, no more firing."""
         with self._lock:
@@ -153,7 +186,7 @@ class Guard:
             token._unregister(self)
         self._tokens = ()
 
-    def _fire(self, kind: Fired, reason: str | None) -> None:
+    def _fire(self, kind: FiredKind, reason: str | None) -> None:
         with self._lock:
             if self._closed or self.fired is not None:
                 return
@@ -163,9 +196,15 @@ class Guard:
             # (httpcore reads the response after a failed write).
             self.fired_stage = self.stage
             self.deadline = None
-            target = self._conn if self._conn is not None else self._fallback
-            if target is not None:
-                target.kill()
+            self._pending_budget = self._pending_arm = None
+            self._kill()
+
+    def _kill(self) -> None:
+        # Under the lock. A connection whose socket cannot be reached (an event
+        # loop's socket object without a file descriptor) falls back too.
+        conn, fallback = self._conn, self._fallback
+        if (conn is None or not conn.kill()) and fallback is not None:
+            fallback.kill()
 
 
 # The guard of the attempt running in this context: network streams read it to

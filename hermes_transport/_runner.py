@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._calls import Call, bind_call
-from ._errors import StallHandoff, StreamInterrupted, StreamStalled
+from ._errors import Handoff, StreamInterrupted, StreamStalled
 from ._factory import flavor_of, profile_of, transport_policy
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
@@ -100,7 +100,7 @@ async def astream_chat_completion(
                 finally:
                     await stream.close()
                 return run.result()
-            except Exception as exc:
+            except (Exception, Handoff) as exc:
                 error = run.failure(exc)
                 if error is None:
                     continue
@@ -158,7 +158,7 @@ class _Run:
 
     def __init__(self, job: _Job) -> None:
         self.job = job
-        self.call = Call(job.policy.retries, handoff=True)
+        self.call = Call(job.policy.retries)
         self._begin()
 
     def _begin(self) -> None:
@@ -194,7 +194,7 @@ class _Run:
             raise http.RemoteProtocolError("the stream ended without a single chunk")
         return _assembled(self.state)
 
-    def failure(self, exc: Exception) -> BaseException | None:
+    def failure(self, exc: Exception | Handoff) -> BaseException | None:
         """``None`` to send the call again (after a stall nobody saw), else what to raise."""
         error = _unwrapped(exc)
         if (
@@ -223,7 +223,7 @@ def _stream(job: _Job) -> ChatCompletion:
                     for chunk in stream:
                         run.took(chunk)
                 return run.result()
-            except Exception as exc:
+            except (Exception, Handoff) as exc:
                 error = run.failure(exc)
                 if error is None:
                     continue
@@ -299,8 +299,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 def _unwrapped(exc: BaseException) -> BaseException:
     """Our error inside the SDK's wrappers, if any; else ``exc`` itself."""
     for cause in _causes(exc):
-        if isinstance(cause, StallHandoff):
-            return cause.stall
+        if isinstance(cause, Handoff):
+            return cause.error
         if isinstance(cause, (StreamStalled, StreamInterrupted)):
             return cause
     return exc

@@ -13,7 +13,8 @@ httpx2 twin in ``hermes_transport.httpx2``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -54,6 +55,10 @@ class WatchedStream(BodyWatch):
         super().__init__(guard, attempt, meter, stale, watchdog.arm)
         self._inner = inner
         self._chunks = iter(inner)
+        # The caller's iteration, once started: close() must know whether a
+        # thread is inside it right now.
+        self._iteration: Generator[bytes, None, None] | None = None
+        self._closed = False
 
     def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
@@ -64,22 +69,42 @@ class WatchedStream(BodyWatch):
         self._progressed()
 
     def __iter__(self) -> Iterator[bytes]:
+        self._iteration = iteration = self._iterate()
+        return iteration
+
+    def _iterate(self) -> Generator[bytes, None, None]:
         try:
             yield from self._take_held()
             for chunk in self._chunks:
                 self._saw(chunk)
                 yield chunk
+            if self._closed:
+                # Closed by another thread while the caller held a chunk: the
+                # body did not end, so it must not look complete.
+                raise self._attempt.flavor.http.StreamClosed()
             self._ended()
         except self._attempt.dead as exc:
             # The body is dead: release everything now, on this thread, since a
             # caller's iter_raw() (for one) does not close a response that raised.
-            self.close()
+            self._close()
+            if self._cut_after_done():
+                return
             error = self._failure(exc)
             if error is None:
                 raise
             raise error from exc
 
     def close(self) -> None:
+        if getattr(self._iteration, "gi_running", False):
+            # Another thread is reading this body right now, and its generators
+            # cannot be closed from here: stop the read instead (as plain httpx's
+            # close() does not); the reader closes everything as it unwinds.
+            self._guard.close_from_afar()
+            return
+        self._close()
+
+    def _close(self) -> None:
+        self._closed = True
         if self._start_drain():
             self._drain()
         # Disarm before the connection can go back to the pool (see _guard).
@@ -106,6 +131,7 @@ class SyncInner(Protocol):
 
 
 _SyncInner = TypeVar("_SyncInner", bound=SyncInner)
+_Self = TypeVar("_Self", bound="SyncWatchdog[Any]")
 
 
 class SyncWatchdog(Shell[_SyncInner]):
@@ -135,7 +161,7 @@ class SyncWatchdog(Shell[_SyncInner]):
         flavor = self._flavor
         exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
         while True:
-            guard, attempt = exchange.begin()
+            guard, attempt = exchange.begin(watchdog.arm, self._sockets_reachable)
             watchdog.arm(guard)
             try:
                 response = self._send(request, guard, attempt, exchange)
@@ -174,6 +200,26 @@ class SyncWatchdog(Shell[_SyncInner]):
 
     def close(self) -> None:
         self._inner.close()
+
+    # A client enters and exits its transport (httpx's own pool opens and shuts
+    # there); the inner transport gets the same calls, as httpx gives its own.
+    def __enter__(self: _Self) -> _Self:
+        enter = getattr(self._inner, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        exit_ = getattr(self._inner, "__exit__", None)
+        if exit_ is not None:
+            exit_(exc_type, exc_value, traceback)
+        else:
+            self._inner.close()
 
 
 class WatchdogTransport(SyncWatchdog[httpx.BaseTransport], httpx.BaseTransport):

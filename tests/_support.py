@@ -199,3 +199,35 @@ def deaf_server(
         thread.join()
         for sock in [*held, listener]:
             sock.close()
+
+
+@contextlib.contextmanager
+def redirector(status: int, target: str) -> Iterator[str]:
+    """A loopback server answering every request with ``status`` and a ``Location`` on
+    ``target`` (a base URL) plus the request's own path; yields its own base URL."""
+    import http.server
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            self.rfile.read(length)
+            self.send_response(status)
+            self.send_header("location", target + self.path.removeprefix("/v1"))
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

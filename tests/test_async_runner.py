@@ -46,8 +46,6 @@ pytestmark = pytest.mark.anyio
 MESSAGES = [{"role": "user", "content": "hi"}]
 STALE = 0.3
 # Interrupt or cancel to return: milliseconds are the target; machines are shared and noisy.
-# (openai 1.x also sleeps its retry back-off before it gives up on an interrupt raised before
-# the response; the tests that get there skip those sleeps, see sdk_retries.)
 PROMPT = 5.0
 # How long the call sits in a stage before it is interrupted or cancelled.
 SETTLE = 0.05
@@ -98,7 +96,7 @@ def _text(chunk: ChatCompletionChunk) -> str:
 
 @pytest.fixture
 def sdk_retries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The async SDK's retries, recorded; their back-off sleeps are skipped (only on 1.x do any happen)."""
+    """The async SDK's retries, recorded; their back-off sleeps are skipped (under the runner none may happen)."""
     import openai._base_client as base_client
 
     retries: list[int] = []
@@ -349,8 +347,7 @@ async def test_attempts_never_exceed_the_budget_and_end_in_stream_stalled(
     assert info.value.attempts == retries + 1
     assert type(info.value) is sdk_flavor.StreamStalled
     assert not isinstance(info.value, openai.OpenAIError)
-    if OPENAI_MAJOR >= 2:
-        assert sdk_retries == [], "the SDK retried a stall whose budget was spent"
+    assert sdk_retries == [], "the SDK retried a stall whose budget was spent"
 
 
 async def test_a_new_call_gets_a_fresh_budget(server: FaultServer, sdk_flavor: Flavor) -> None:
@@ -423,16 +420,6 @@ async def _interrupted(
     return info.value, raised - fired[0]
 
 
-def _interrupt_stage(stage: str) -> str:
-    """The stage a StreamInterrupted reports for an interrupt at `stage`.
-
-    openai 1.x retries an error raised before the response; its retries fail offline (the
-    token is fired), and the last one's error, stage "before_sending", ends the call.
-    """
-    before_the_response = stage in ("headers", "first_event")
-    return "before_sending" if before_the_response and OPENAI_MAJOR == 1 else stage
-
-
 @pytest.mark.parametrize(
     ("scenario", "stage", "source"),
     [
@@ -477,10 +464,9 @@ async def test_an_interrupt_ends_the_call_promptly(
     assert latency < PROMPT, f"the interrupt took {latency:.2f} s"
     assert caught.reason == REASON
     assert isinstance(caught, InterruptedError)
-    assert caught.stage == _interrupt_stage(stage)
+    assert caught.stage == stage
     assert len(server.requests) == 1
-    if OPENAI_MAJOR >= 2:
-        assert sdk_retries == []
+    assert sdk_retries == []
 
 
 @pytest.mark.parametrize("given", ["factory", "runner", "bound"])
@@ -531,8 +517,7 @@ async def test_an_interrupted_token_sends_nothing(
     assert info.value.stage == "before_sending"
     assert server.requests == []
     assert server.connections_opened == 0
-    if OPENAI_MAJOR >= 2:
-        assert sdk_retries == []
+    assert sdk_retries == []
 
 
 async def test_on_delta_may_interrupt_its_own_call(

@@ -280,8 +280,7 @@ def test_a_stall_before_the_first_event_raises_stream_stalled_after_the_budget(
     assert len(server.requests) == 3
     assert isinstance(info.value, openai.OpenAIError) is False
     assert type(info.value) is sdk_flavor.StreamStalled
-    if OPENAI_MAJOR >= 2:
-        assert sleeps == [], "the SDK retried a stall the transport had already re-sent"
+    assert sleeps == [], "the SDK retried a stall the transport had already re-sent"
 
 
 def test_a_stall_after_the_first_event_with_nothing_delivered_is_resent(
