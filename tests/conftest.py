@@ -14,6 +14,23 @@ from hermes_transport.testing import FaultServer
 from _support import FLAVORS, SDK_FLAVORS, ClientFactory, Endpoint, Flavor, load_flavor
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The versions this run tests against, first in pytest's header."""
+    import importlib.metadata
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    names = ("openai", "anthropic", "httpx", "httpcore", "httpx2", "httpcore2", "anyio", "trio")
+    return [
+        "hermes-transport against " + ", ".join(f"{name} {version(name)}" for name in names),
+        f"flavors: {', '.join(FLAVORS)}; SDK flavors: {', '.join(SDK_FLAVORS)}",
+    ]
+
+
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No HERMES_STREAM_* variable of the machine running the tests leaks into them."""
