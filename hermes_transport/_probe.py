@@ -12,9 +12,11 @@ Limits: one request, never re-sent (``retries=0``), so the first stall shows
 instead of being retried away. Connect and TLS times come from httpcore's
 trace hook: DNS resolution is inside "connected", and through a proxy they
 are the proxy's. Lines are timed when read, so the lines of one read share a
-time. The API key is sent only as a Bearer token and every text the probe
-writes has it masked, including error bodies that echo it; a key a server
-echoes in another form (truncated, encoded) cannot be recognised.
+time. The API key is sent only as a Bearer token, and everything the probe
+writes goes through one ``Redactor``, which masks the key and every run of 8 or
+more of its characters (a key a server echoes whole, truncated or split), and
+masks a text before it is ever cut. A key a server echoes re-encoded (base64,
+percent-encoded, in another case) cannot be recognised.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import threading
@@ -54,7 +57,10 @@ DEFAULT_PROMPT = "Count from 1 to 20, one number per line."
 LIVE_TICK = 0.1  # seconds between redraws of the live line on a terminal
 PLAIN_TICK = 10.0  # seconds between "still waiting" lines when not on a terminal
 ERROR_BODY_LIMIT = 2000  # bytes of an error response read for its message
+ERROR_TEXT_LIMIT = 200  # characters shown of an error body that has no JSON message
+COMMENT_SAMPLE = 60  # characters shown of the first comment of a run
 MASK = "[api key]"
+FRAGMENT = 8  # this many characters of the key in a row are masked wherever they appear
 
 _PIECES = ("one", " two", " three", " four", " five")
 SCENARIOS: dict[str, Scenario] = {
@@ -236,6 +242,7 @@ class Timeline:
         self.started = time.monotonic()
         self._gap = gap
         self._console = console
+        self.redact = console.redact
         self.marks: list[Mark] = []
         self.events = 0
         self.comments = 0
@@ -257,10 +264,12 @@ class Timeline:
         return time.monotonic() - self.started
 
     def mark(self, kind: str, text: str, at: float | None = None, **data: Any) -> None:
-        """Record and show one timeline line (at ``now()`` unless ``at`` is given)."""
-        mark = Mark(self.now() if at is None else at, kind, text, data)
+        """Record and show one timeline line (at ``now()`` unless ``at`` is given), masked."""
+        redact = self.redact
+        data = {name: redact(v) if isinstance(v, str) else v for name, v in data.items()}
+        mark = Mark(self.now() if at is None else at, kind, redact(text), data)
         self.marks.append(mark)
-        self._console.line(f"{mark.at:9.3f} s  {text}")
+        self._console.line(f"{mark.at:9.3f} s  {mark.text}")
 
     def trace(self, name: str, info: dict[str, Any]) -> None:
         """httpcore's trace hook: connection and header times, on the probing thread."""
@@ -307,7 +316,7 @@ class Timeline:
         self.comments += 1
         self.comments_since_event += 1
         if self._run is None:
-            self._run = [at, at, 0, line[:60]]
+            self._run = [at, at, 0, self.redact.clip(line, COMMENT_SAMPLE)]
         self._run[1] = at
         self._run[2] += 1
 
@@ -403,6 +412,122 @@ def _budget(seconds: float | None) -> str:
 
 # --- output ------------------------------------------------------------------------------
 
+# Marks that may stand for the key, in order of preference; the first the key
+# cannot run into is used (see Redactor). None needs escaping in JSON.
+_MARKS = (
+    MASK,
+    *(f"{a}api key{b}" for a, b in ("<>", "{}", "()")),
+    *(c * 3 for c in "#*~^|%!?@$&=+;/"),
+)
+# One unit of the inside of a JSON string as json.dumps writes it: an escape or a character.
+_JSON_UNIT = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|.", re.DOTALL)
+
+
+class Redactor:
+    """Masks the API key in a text: the key, and every run of ``FRAGMENT`` of its characters.
+
+    Every text the probe writes goes through it, and a text that is cut is
+    masked before the cut (``clip``): a cut key is no longer the key, and a
+    server may truncate or split the key itself. Each position of the text
+    inside a run of ``FRAGMENT`` characters of the key (the whole key, if it is
+    shorter) is masked, and each stretch of masked positions becomes one
+    ``mark``. The mark is chosen so that nothing can run into it to spell part
+    of the key (its first and last characters are not in the key), so the
+    result holds no such run, whatever the input. ``json`` applies the same
+    rule to a JSON document as written, escapes included.
+    """
+
+    def __init__(self, secret: str | None) -> None:
+        self._secret = secret or ""
+        self._size = min(FRAGMENT, len(self._secret))
+        ends = range(self._size, len(self._secret) + 1) if self._secret else range(0)
+        self._runs = frozenset(self._secret[end - self._size : end] for end in ends)
+        # The last resort is for a key holding all of their characters; a key is ASCII.
+        self.mark = next((m for m in _MARKS if self._sound(m)), "\ufffd")
+        self.margin = len(self._secret)  # characters past a cut that can hold a key across it
+
+    def __call__(self, text: str) -> str:
+        """``text`` with the key and every run of ``FRAGMENT`` of its characters masked."""
+        spans = self._spans(text)
+        if not spans:
+            return text
+        pieces: list[str] = []
+        end = 0
+        for start, stop in spans:
+            pieces += (text[end:start], self.mark)
+            end = stop
+        pieces.append(text[end:])
+        return "".join(pieces)
+
+    def clip(self, text: str, limit: int) -> str:
+        """At most ``limit`` characters of ``text``, masked before the cut; never half a mark."""
+        # Only the start can show: a key's length past the limit is enough to see a key
+        # across the cut whole (and spares masking a megabyte line to show 60 characters).
+        limit = max(limit, 0)
+        masked = self(text[: limit + self.margin])
+        if len(masked) <= limit:
+            return masked
+        size = len(self.mark)
+        start = masked.find(self.mark, max(0, limit - size + 1), limit + size - 1)
+        return masked[: start if start >= 0 else limit]
+
+    def json(self, value: Any) -> str:
+        """``value`` as ``json.dumps`` writes it, each string and number masked as written.
+
+        As written means escapes included: ``\\u0073k-`` must not spell ``sk-``.
+        A run of the key can then only span the JSON syntax between values,
+        which takes a key holding quotes, colons, commas, brackets or spaces;
+        ``Console.write`` masks the whole text as well, for that case.
+        """
+        if isinstance(value, dict):
+            items = (f"{self.json(str(k))}: {self.json(v)}" for k, v in value.items())
+            return "{" + ", ".join(items) + "}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(self.json(item) for item in value) + "]"
+        literal = json.dumps(value)
+        if isinstance(value, str):
+            return self._json_string(literal)
+        # A number that spells part of the key (a user's budget, say) becomes a string.
+        return f'"{self.mark}"' if self._spans(literal) else literal
+
+    def _json_string(self, literal: str) -> str:
+        spans = self._spans(literal)
+        if not spans:
+            return literal
+        # Whole escapes are masked, so what is left is still a valid JSON string.
+        pieces, hidden, k = ['"'], False, 0
+        for unit in _JSON_UNIT.finditer(literal, 1, len(literal) - 1):
+            start, end = unit.span()
+            while k < len(spans) and spans[k][1] <= start:
+                k += 1
+            if k < len(spans) and spans[k][0] < end:
+                if not hidden:
+                    pieces.append(self.mark)
+                hidden = True
+            else:
+                pieces.append(unit.group())
+                hidden = False
+        pieces.append('"')
+        return "".join(pieces)
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        """The stretches of ``text`` inside runs of the key, merged where they touch."""
+        size, runs = self._size, self._runs
+        spans: list[tuple[int, int]] = []
+        if not runs:
+            return spans
+        for i in range(len(text) - size + 1):
+            if text[i : i + size] in runs:
+                if spans and i <= spans[-1][1]:
+                    spans[-1] = (spans[-1][0], i + size)
+                else:
+                    spans.append((i, i + size))
+        return spans
+
+    def _sound(self, mark: str) -> bool:
+        # A run through the mark would hold its first or last character, or lie inside it.
+        return not ({mark[0], mark[-1]} & set(self._secret) or self._spans(mark))
+
 
 class Console:
     """Where the probe writes: timeline lines to ``out``, the live line to ``err``.
@@ -410,20 +535,17 @@ class Console:
     On a terminal (``err.isatty()``) the live line is rewritten in place with
     ``\\r``; otherwise no ``\\r`` is ever written. With ``--json`` the timeline
     lines are kept for the final object instead. One lock keeps a timeline line
-    from landing in the middle of the live line. Every text written has the
-    API key masked.
+    from landing in the middle of the live line. Every text is masked by
+    ``redact`` as it is written, whole, after any masking at its source.
     """
 
     def __init__(self, out: TextIO, err: TextIO, *, lines: bool, secret: str | None) -> None:
         self._out, self._err = out, err
         self._lines = lines
-        self._secret = secret
+        self.redact = Redactor(secret)
         self._lock = threading.Lock()
         self._drawn = False
         self.tty = _isatty(err)
-
-    def mask(self, text: str) -> str:
-        return text.replace(self._secret, MASK) if self._secret else text
 
     def line(self, text: str) -> None:
         if self._lines:
@@ -433,7 +555,7 @@ class Console:
         """A whole line on ``out``, whatever the mode (the summary, the JSON)."""
         with self._lock:
             self._erase()
-            self._out.write(self.mask(text) + "\n")
+            self._out.write(self.redact(text) + "\n")
             self._out.flush()
 
     def live(self, text: str) -> None:
@@ -441,7 +563,7 @@ class Console:
         # Cut to the terminal's width: a wrapped line cannot be rewritten in place.
         width = shutil.get_terminal_size().columns - 1
         with self._lock:
-            self._err.write("\r" + self.mask(text)[:width] + "\x1b[K")
+            self._err.write("\r" + self.redact.clip(text, width) + "\x1b[K")
             self._err.flush()
             self._drawn = True
 
@@ -563,10 +685,11 @@ def run(
     try:
         return probe(options, out, err)
     except KeyboardInterrupt:  # a second Ctrl+C while starting or shutting down
+        redact = Redactor(options.api_key)
         detail = "interrupted outside the stream (Ctrl+C)"
         if options.as_json:
-            detail = json.dumps({"verdict": "interrupted", "detail": detail, "exit_code": 130})
-        out.write(f"{detail}\n" if options.as_json else f"verdict: {detail}\n")
+            detail = redact.json({"verdict": "interrupted", "detail": detail, "exit_code": 130})
+        out.write(redact(f"{detail}\n" if options.as_json else f"verdict: {detail}\n"))
         return EXIT_INTERRUPTED
 
 
@@ -665,9 +788,12 @@ def _read(response: httpx.Response, timeline: Timeline) -> Verdict:
     if timeline.headers_at is None:  # no trace events (a custom transport, say)
         timeline.headers(response.status_code, response.headers.get("content-type", ""))
     if not response.is_success:
-        return _failed(timeline, f"HTTP {response.status_code}: {_error_message(response)}")
-    media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != "text/event-stream":
+        message = _error_message(response, timeline.redact)
+        return _failed(timeline, f"HTTP {response.status_code}: {message}")
+    content_type = response.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "text/event-stream":
+        # The header is the server's, so it may hold the key: masked before it is cut.
+        media = timeline.redact(content_type).split(";")[0].strip()
         return _failed(timeline, f"answered {media or 'no content-type'}, not an event stream")
     for line in response.iter_lines():
         timeline.line(line)
@@ -681,23 +807,31 @@ def _read(response: httpx.Response, timeline: Timeline) -> Verdict:
 
 
 def _failed(timeline: Timeline, what: str, **data: Any) -> Verdict:
+    what = timeline.redact(what)  # an error message may quote the server
     at = timeline.ended("error", f"failed: {what}", **data)
     return Verdict("failed", f"failed at {at:.3f} s: {what}", EXIT_FAILED)
 
 
-def _error_message(response: httpx.Response) -> str:
-    """The message of an error response: the OpenAI-style ``error.message``, else its text."""
+def _error_message(response: httpx.Response, redact: Redactor) -> str:
+    """The message of an error response, masked: the OpenAI-style ``error.message``, else its text.
+
+    Every step that could cut or rebuild the key masks first: the body is read
+    a key's length past the limit, so a key across the limit is read whole.
+    """
+    limit = ERROR_BODY_LIMIT + redact.margin
     body = b""
     for chunk in response.iter_bytes():
         body += chunk
-        if len(body) >= ERROR_BODY_LIMIT:
+        if len(body) >= limit:
             break
-    text = body[:ERROR_BODY_LIMIT].decode("utf-8", "replace")
-    with contextlib.suppress(ValueError, LookupError, TypeError):
-        message = json.loads(text)["error"]["message"]
+    raw = body[:limit].decode("utf-8", "replace")
+    with contextlib.suppress(ValueError, LookupError, TypeError, RecursionError):
+        message = json.loads(raw)["error"]["message"]
         if isinstance(message, str):
-            return message
-    return " ".join(text.split())[:200] or response.reason_phrase
+            return redact(message)  # decoded: a key its escapes hid is whole again here
+    # Masked before the whitespace is squeezed (a key with spaces) and before the cut.
+    text = " ".join(redact(raw).split())
+    return redact.clip(text, ERROR_TEXT_LIMIT) or redact(response.reason_phrase)
 
 
 def _stalled(exc: StreamStalled, timeline: Timeline) -> Verdict:
@@ -793,7 +927,7 @@ def _report(
         "stall": verdict.stall,
         "timeline": [mark.as_json() for mark in sorted(timeline.marks, key=lambda m: m.at)],
     }
-    console.write(json.dumps(report))
+    console.write(console.redact.json(report))
 
 
 def _rounded(value: float | None) -> float | None:

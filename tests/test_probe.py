@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import http.server
 import io
 import json
 import os
 import signal
 import ssl
+import string
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hermes_transport import Interrupt, StreamPolicy, _probe
 from hermes_transport.__main__ import main
@@ -322,6 +326,299 @@ def test_tls_handshake_time_is_shown(
         code, report = _probe_json(capsys, "--base-url", secure.base_url, "--model", "m")
     assert code == 0, report["detail"]
     assert _kinds(report)[:3] == ["connected", "tls", "sent"]
+
+
+# --- a server that echoes the key ---------------------------------------------------------
+
+# As long as a real project key, so that cutting it (at 60, 200 or 2000 characters) leaves
+# long pieces of it on either side of the cut.
+LONG_KEY = ("sk-proj-" + (string.ascii_letters + string.digits) * 3)[:162]
+_TOKEN_CHARACTERS = string.ascii_letters + string.digits + "-_"
+# A key with none of these cannot run into the JSON syntax between two values.
+_JSON_SYNTAX = set('"\\:,{}[] ')
+
+
+def _runs_of(key: str, text: str) -> list[str]:
+    """The runs of 8 consecutive characters of ``key`` that ``text`` shows."""
+    return [key[i : i + 8] for i in range(len(key) - 7) if key[i : i + 8] in text]
+
+
+def _http(status: int, content_type: str, body: bytes, reason: str = "Unauthorized") -> bytes:
+    """A whole HTTP/1.1 response, the connection closed after it."""
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _sse_with_comment(comment: str) -> bytes:
+    body = f": {comment}\n\ndata: {{}}\n\ndata: [DONE]\n\n"
+    return _http(200, "text/event-stream", body.encode(), "OK")
+
+
+def _json_error(message: object) -> bytes:
+    return _http(401, "application/json", json.dumps({"error": {"message": message}}).encode())
+
+
+def _escaped_json_error(message: str) -> bytes:
+    escaped = "".join(f"\\u{ord(c):04x}" for c in message)  # every character an escape
+    return _http(401, "application/json", f'{{"error": {{"message": "{escaped}"}}}}'.encode())
+
+
+# Where a server may put what it echoes: ``text`` becomes one whole raw response.
+_ECHO_SHAPES: dict[str, Callable[[str], bytes]] = {
+    "text body": lambda text: _http(401, "text/plain", text.encode()),
+    "json message": _json_error,
+    "escaped json message": _escaped_json_error,
+    "json object message": lambda text: _json_error({"detail": text}),
+    "json without message": lambda text: _http(
+        401, "application/json", json.dumps([text]).encode()
+    ),
+    "reason phrase": lambda text: _http(401, "text/plain", b"", reason=text),
+    "content type": lambda text: _http(200, f"text/{text}", b"{}", "OK"),
+    "error content type": lambda text: _http(401, f"text/{text}", b""),
+    "sse comment": _sse_with_comment,
+    "bad header line": lambda text: f"HTTP/1.1 200 OK\r\n{text}\r\n\r\n".encode(),
+    "bad status line": lambda text: f"HTTP/1.1 2x0 {text}\r\n\r\n".encode(),
+}
+
+
+class _EchoServer(http.server.ThreadingHTTPServer):
+    """A loopback server answering every request with the raw bytes of ``response``."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _EchoHandler)
+        self.response = b""
+        self.base_url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _EchoHandler(http.server.BaseHTTPRequestHandler):
+    server: _EchoServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.wfile.write(self.server.response)
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the probe's output, not the server's log."""
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[_EchoServer]:
+    """One echo server for the module: its ``response`` is set by each test."""
+    server = _EchoServer()
+    thread = threading.Thread(target=server.serve_forever, name="echo-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _probe_echo(echo: _EchoServer, key: str, response: bytes, as_json: bool) -> Output:
+    """Probe the echo server answering ``response`` with ``key``: (exit code, stdout, stderr)."""
+    echo.response = response
+    options = _probe.ProbeOptions(
+        base_url=echo.base_url,
+        model="m",
+        prompt="p",
+        policy=StreamPolicy(retries=0, stale_timeout=10.0),
+        gap=_probe.DEFAULT_GAP,
+        scenario=None,
+        as_json=as_json,
+        api_key_env=KEY_VAR,
+        api_key=key,
+    )
+    out, err = io.StringIO(), io.StringIO()
+    code = _probe.probe(options, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+_CUT_KEYS = {
+    # A key across the 200 characters shown of an error body that is not JSON.
+    "long text body": (_http(401, "text/plain", ("x" * 120 + " " + LONG_KEY).encode()), 1),
+    # The message is not a string, so the body is shown as text, cut at 200 characters.
+    "json message not a string": (_json_error({"detail": "y" * 100 + LONG_KEY}), 1),
+    # A key across the 60 characters shown of a comment.
+    "long sse comment": (_sse_with_comment("keepalive " + LONG_KEY), 0),
+}
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+@pytest.mark.parametrize("case", list(_CUT_KEYS))
+def test_a_key_across_a_cut_is_masked_before_the_cut(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    echo: _EchoServer,
+    case: str,
+    as_json: bool,
+) -> None:
+    """A key echoed across the point where the probe cuts a text (a long error body, a JSON error whose message is not a string, a long comment) is masked whole, not cut and then missed."""
+    echo.response, expected_code = _CUT_KEYS[case]
+    monkeypatch.setenv(KEY_VAR, LONG_KEY)
+    args = ["--base-url", echo.base_url, "--model", "m", "--api-key-env", KEY_VAR]
+    code, out, err = _probe_cli(capsys, *args, *(["--json"] if as_json else []))
+    assert code == expected_code, out
+    assert _runs_of(LONG_KEY, out + err) == []
+    assert _probe.MASK in out
+    if as_json:
+        json.loads(out)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+@pytest.mark.parametrize(
+    "echoed",
+    [LONG_KEY[:40], LONG_KEY[100:], " ".join((LONG_KEY[:50], LONG_KEY[50:90], LONG_KEY[90:]))],
+    ids=["truncated", "tail", "split"],
+)
+def test_a_key_echoed_in_pieces_is_masked_piece_by_piece(
+    echo: _EchoServer, echoed: str, as_json: bool
+) -> None:
+    """A server that echoes only part of the key, or the key split by spaces, has every piece of 8 characters or more masked."""
+    code, out, err = _probe_echo(echo, LONG_KEY, _json_error(f"bad key {echoed}."), as_json)
+    assert code == 1
+    assert _runs_of(LONG_KEY, out + err) == []
+    message = json.loads(out)["detail"] if as_json else out
+    assert f"bad key {_probe.MASK}" in message
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+def test_a_key_the_server_escapes_in_json_is_masked_once_decoded(
+    echo: _EchoServer, as_json: bool
+) -> None:
+    """A JSON error message that spells the key in \\u escapes is masked once decoded."""
+    code, out, err = _probe_echo(echo, LONG_KEY, _escaped_json_error(LONG_KEY), as_json)
+    assert code == 1
+    assert _runs_of(LONG_KEY, out + err) == []
+    assert f"HTTP 401: {_probe.MASK}" in out
+
+
+def test_a_content_type_echoing_the_key_is_masked(echo: _EchoServer) -> None:
+    """A content type that holds the key is masked before it is cut at its ";" or lower-cased, in the headers line and in the verdict."""
+    response = _http(200, f"Text/{LONG_KEY}; charset={LONG_KEY}", b"{}", "OK")
+    code, out, err = _probe_echo(echo, LONG_KEY, response, as_json=False)
+    assert code == 1
+    assert _runs_of(LONG_KEY, out + err) == []
+    assert f"headers: HTTP 200, Text/{_probe.MASK}; charset={_probe.MASK}" in out
+    assert f"answered Text/{_probe.MASK}, not an event stream" in out
+
+
+@st.composite
+def _echoes(draw: st.DrawFn, key: str) -> str:
+    """What a server may echo of ``key``: whole, a piece of it, split, repeated; after padding."""
+    start = draw(st.integers(0, len(key) - 8))
+    piece = key[start : draw(st.integers(start + 8, len(key)))]
+    cut = draw(st.integers(0, len(key)))
+    echoed = draw(
+        st.sampled_from(
+            [key, piece, key[:cut] + " " + key[cut:], key[:cut] + "\n" + key[cut:], key + key]
+        )
+    )
+    filler = draw(st.sampled_from(["x", " ", ".", key[:3]]))
+    return filler * draw(st.sampled_from([0, 1, 13, 50, 59, 150, 199, 1990, 2100])) + echoed
+
+
+_PRINTABLE_KEYS = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=8, max_size=180
+).filter(lambda key: key == key.strip())
+_TOKEN_KEYS = st.text(_TOKEN_CHARACTERS, min_size=8, max_size=180)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.one_of(_TOKEN_KEYS, _PRINTABLE_KEYS),
+    shape=st.sampled_from(list(_ECHO_SHAPES)),
+    as_json=st.booleans(),
+    data=st.data(),
+)
+def test_property_no_run_of_8_characters_of_the_key_is_ever_shown(
+    echo: _EchoServer, key: str, shape: str, as_json: bool, data: st.DataObject
+) -> None:
+    """Whatever the key and wherever and however a server echoes it, no 8 consecutive characters of the key appear in the plain or --json output, and the JSON stays valid for a key without JSON syntax in it."""
+    echoed = data.draw(_echoes(key), label="echoed")
+    if shape in ("reason phrase", "content type", "error content type", "bad header line"):
+        echoed = echoed.replace("\n", " ")  # a header line has no line break in it
+    code, out, err = _probe_echo(echo, key, _ECHO_SHAPES[shape](echoed), as_json)
+    assert code in (0, 1)
+    assert _runs_of(key, out + err) == []
+    if as_json and _JSON_SYNTAX.isdisjoint(key):
+        assert json.loads(out)["exit_code"] == code
+
+
+# --- the redactor that every output goes through -------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.one_of(_TOKEN_KEYS, _PRINTABLE_KEYS, st.sampled_from(["[api key]x", "]x[ y z]w"])),
+    data=st.data(),
+)
+def test_property_the_redactor_leaves_no_run_of_the_key_in_any_text(
+    key: str, data: st.DataObject
+) -> None:
+    """Redactor output, plain, clipped or JSON, holds no 8 consecutive characters of the key whatever the text, even a key that holds the mark's own characters."""
+    pieces = data.draw(
+        st.lists(
+            st.one_of(
+                st.text(max_size=20), _echoes(key), st.sampled_from(["\\", '"', "\x1b", "é"])
+            ),
+            max_size=6,
+        )
+    )
+    text = "".join(pieces)
+    redact = _probe.Redactor(key)
+    assert _runs_of(key, redact(text)) == []
+    limit = data.draw(st.integers(0, 300))
+    clipped = redact.clip(text, limit)
+    assert len(clipped) <= limit
+    assert _runs_of(key, clipped) == []
+    value = {"text": text, "list": [text, 1.5, None, True], "nested": {text: text}}
+    written = redact(redact.json(value))  # as Console.write writes a JSON report
+    assert _runs_of(key, written) == []
+    if _JSON_SYNTAX.isdisjoint(key):
+        assert redact.json(value) == written
+        json.loads(written)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON_VALUES)
+def test_property_without_a_key_the_redactor_changes_nothing(value: Any) -> None:
+    """Without a key, or with one the text does not hold, the redactor writes text and JSON exactly as json.dumps would."""
+    for redact in (_probe.Redactor(None), _probe.Redactor("\x00never-in-the-text\x00")):
+        assert redact.json(value) == json.dumps(value)
+        assert redact(json.dumps(value)) == json.dumps(value)
+
+
+def test_a_mark_across_a_cut_is_left_out_whole() -> None:
+    """A cut that would split the mark in two cuts before it instead."""
+    redact = _probe.Redactor(LONG_KEY)
+    assert redact.clip("x" * 195 + LONG_KEY, 200) == "x" * 195
+    assert redact.clip("x" * 191 + LONG_KEY, 200) == "x" * 191 + _probe.MASK
+
+
+def test_the_mark_is_one_the_key_cannot_run_into() -> None:
+    """A key that holds the characters of "[api key]" is masked with another mark, still leaving no run of it."""
+    key = "ab[api key]cdefgh"
+    redact = _probe.Redactor(key)
+    assert redact.mark != _probe.MASK
+    assert _runs_of(key, redact(f"1{key}2 [api {key[:9]} key]")) == []
 
 
 # --- bad arguments ------------------------------------------------------------------------
