@@ -130,12 +130,19 @@ def _decoder_for(coding: str) -> Decoder | None:
 
 def _zlib_decoder(wbits: int | None) -> Decoder:
     # wbits None: "deflate", which servers send both zlib-wrapped and raw;
-    # decided on the first bytes, as httpx does.
+    # decided on the first two bytes (the zlib header), as httpx does. Until both
+    # have arrived (a first chunk may be empty or one byte long) they are held.
     obj: Any = None if wbits is None else zlib.decompressobj(wbits)
+    head = b""
 
     def decode(data: bytes) -> Iterator[bytes]:
-        nonlocal obj
+        nonlocal obj, head
         if obj is None:
+            data = head + data
+            if len(data) < 2:
+                head = data
+                return
+            head = b""
             try:
                 zlib.decompressobj().decompress(data[:2])
                 obj = zlib.decompressobj()

@@ -5,9 +5,12 @@ Pure: bytes in, counts out. No I/O, no clock, no threads.
 It answers two questions about a text/event-stream body fed to it in arbitrary
 chunks: how many *progress* events have completed, and has a ``[DONE]`` event
 been seen. A progress event is a complete event (ended by a blank line) that
-carried at least one ``data`` field and whose ``event`` type is not one of the
-configured heartbeat types. Comment lines, blank lines, other fields and the
-bytes of an unfinished event are not progress.
+carried at least one ``data`` field and whose event type is not one of the
+configured heartbeat types. The event type is, as the specification defines it,
+the value of the event's last ``event`` field, or ``message`` when it has none
+(or an empty one), compared as text: bytes that are not UTF-8 read as U+FFFD.
+Comment lines, blank lines, other fields and the bytes of an unfinished event
+are not progress.
 
 Line rules follow the WHATWG SSE specification: a line ends at CRLF, LF or
 CR; a CRLF split across two chunks is one line ending; a UTF-8 BOM at the very
@@ -32,19 +35,25 @@ _DONE = b"[DONE]"
 # Longest heartbeat event type name that can be recognised, plus "event: ".
 MAX_EVENT_TYPE = 56
 _PREFIX = MAX_EVENT_TYPE + 8
+# The type of an event without an ``event`` field (or with an empty one).
+_MESSAGE = b"message"
 # A run of events that are each exactly one data line (not [DONE]) and a blank
 # line, LF endings: the bulk of any LLM stream, counted without a Python loop.
 _PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
+# Used instead when such events are of a heartbeat type (``message``): matches nothing.
+_NO_RUN = re.compile(rb"(?!)")
 
 
 class SSEScanner:
     """Count completed progress events in an SSE byte stream fed in chunks.
 
     ``feed(chunk)`` returns how many progress events the chunk completed.
-    ``events`` is the running total; ``done`` turns true once an event whose
-    data starts with ``[DONE]`` has completed (the openai SDK's own test).
-    ``heartbeat_events`` names event types (the ``event:`` field) that are
-    keepalives rather than progress, such as Anthropic's ``ping``.
+    ``events`` is the running total; ``done`` turns true once a progress event
+    whose data starts with ``[DONE]`` has completed (the openai SDK's own test;
+    an event of a heartbeat type never sets it). ``heartbeat_events`` names
+    event types (the ``event:`` field) that are keepalives rather than
+    progress, such as Anthropic's ``ping``; naming ``message`` makes every
+    event without an ``event`` field a keepalive too.
     """
 
     __slots__ = (
@@ -55,6 +64,7 @@ class SSEScanner:
         "_event_type",
         "_heartbeats",
         "_line",
+        "_plain_run",
         "done",
         "events",
     )
@@ -67,6 +77,7 @@ class SSEScanner:
                     f" got {name!r}"
                 )
         self._heartbeats = frozenset(name.encode() for name in heartbeat_events)
+        self._plain_run = _NO_RUN if _MESSAGE in self._heartbeats else _PLAIN_RUN
         self.events = 0
         self.done = False
         # Bytes of the current, unterminated line: at most _PREFIX, since the
@@ -106,7 +117,7 @@ class SSEScanner:
             cut = 0
         events = self._feed_lines(chunk[:cut]) if cut else 0
         if cut < len(chunk):
-            run = _PLAIN_RUN.match(chunk, cut)
+            run = self._plain_run.match(chunk, cut)
             if run is not None:
                 # Each plain event is one data line and a blank line: exactly two
                 # LFs. Counting one byte is three times faster than counting b"\n\n".
@@ -147,7 +158,7 @@ class SSEScanner:
     def _line_ended(self, line: bytes) -> None:
         # `line` holds at most _PREFIX meaningful bytes of a complete line.
         if not line:
-            if self._event_has_data and self._event_type not in self._heartbeats:
+            if self._event_has_data and (self._event_type or _MESSAGE) not in self._heartbeats:
                 self.events += 1
                 if self._event_done:
                     self.done = True
@@ -164,4 +175,10 @@ class SSEScanner:
             self._event_has_data = True
         elif line[:5] == b"event" and (len(line) == 5 or line[5:6] == b":"):
             value = line[6:]
-            self._event_type = value[1:] if value[:1] == b" " else value
+            if value[:1] == b" ":
+                value = value[1:]
+            if not value.isascii():
+                # The type is text: compare it decoded, invalid bytes as U+FFFD. Kept
+                # within MAX_EVENT_TYPE + 1 bytes, too long for any heartbeat name.
+                value = value.decode("utf-8", "replace").encode()[: MAX_EVENT_TYPE + 1]
+            self._event_type = value

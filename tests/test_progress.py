@@ -367,6 +367,41 @@ def test_raw_deflate_stream_end_loses_no_event() -> None:
     assert (total, meter.events) == (expected, expected)
 
 
+# Found by the differential fuzzing in test_sse_reference.py: an empty or one-byte
+# first chunk used to decide "zlib-wrapped" and turn the meter blind on raw deflate.
+@pytest.mark.parametrize("wbits", [RAW, ZLIB], ids=["deflate-raw", "deflate-zlib"])
+@pytest.mark.parametrize(
+    "first",
+    [[b""], [0], [b"", 0], [b"", b"", 0, b""], [0, b""]],
+    ids=[
+        "empty",
+        "one-byte",
+        "empty-then-one-byte",
+        "empties-around-one-byte",
+        "one-byte-then-empty",
+    ],
+)
+def test_deflate_kind_waits_for_two_bytes(wbits: int, first: list[bytes | int]) -> None:
+    """Deflate's zlib-or-raw choice waits for two bytes, however the body's first ones are chunked."""
+    body = compress(EVENTS, wbits)
+    chunks, at = [], 0
+    for piece in first:
+        # An int is one byte of the body; b"" an empty chunk.
+        chunks.append(body[at : at + 1] if isinstance(piece, int) else piece)
+        at += isinstance(piece, int)
+    chunks.append(body[at:])
+    meter = ProgressMeter("deflate")
+    assert feed_all(meter, chunks) == EXPECTED
+    assert (meter.events, meter.done, meter.blind) == (EXPECTED, True, False)
+
+
+def test_raw_deflate_minimal_one_byte_chunks() -> None:
+    """The minimal case the fuzzer found: an empty raw deflate stream fed one byte at a time is not blind."""
+    meter = ProgressMeter("deflate")
+    assert [meter.feed(bytes([byte])) for byte in b"\x01\x00\x00\xff\xff"] == [0] * 5
+    assert (meter.events, meter.blind) == (0, False)
+
+
 # --------------------------------------------------------------------------- wants_stream
 
 

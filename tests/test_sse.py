@@ -40,7 +40,8 @@ def reference(body: bytes, heartbeats: Collection[str] = ()) -> tuple[int, bool]
     has_data, first_data, event_type = False, b"", b""
     for line in lines:
         if not line:
-            if has_data and event_type not in heartbeat_types:
+            # An event without a type is of type "message", as the SSE spec defines it.
+            if has_data and (event_type or b"message") not in heartbeat_types:
                 events += 1
                 done = done or first_data.startswith(b"[DONE]")
             has_data, first_data, event_type = False, b"", b""
@@ -499,6 +500,69 @@ def test_very_long_event_type_with_heartbeat_prefix_is_progress() -> None:
     for _ in range(16):
         scanner.feed(b"g" * (64 * KIB))
     assert scanner.feed(b"\ndata: x\n\n") == 1
+
+
+# Found by the differential fuzzing in test_sse_reference.py: the SSE spec gives an
+# event with no (or an empty) `event` field the type "message".
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"data\n\n", 0),
+        (b"data: ping\n\r\n", 0),
+        (b"data: x\n\n" * 3, 0),
+        (b"data: x\r\n\r\n", 0),
+        (b"event:\ndata: x\n\n", 0),
+        (b"event: ping\nevent\ndata: x\n\n", 0),
+        (b"event: message\ndata: x\n\n", 0),
+        (b"event: delta\ndata: x\n\n", 1),
+        (b"data: x\n\nevent: delta\ndata: y\n\ndata: z\n\n", 1),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "bytewise"])
+def test_message_heartbeat_covers_events_without_a_type(
+    body: bytes, expected: int, chunked: bool
+) -> None:
+    """With ``message`` a heartbeat type, an event without an ``event`` field is a heartbeat too, as the spec types it ``message``."""
+    scanner = scan(bytewise(body) if chunked else [body], ["ping", "message"])
+    assert (scanner.events, scanner.done) == (expected, False)
+    assert reference(body, ["ping", "message"]) == (expected, False)
+
+
+def test_message_heartbeat_done_event_is_not_done() -> None:
+    """With ``message`` a heartbeat type, an untyped ``[DONE]`` event neither counts nor sets ``done``."""
+    scanner = scan([b"data: x\n\ndata: [DONE]\n\n"], ["message"])
+    assert (scanner.events, scanner.done) == (0, False)
+
+
+# Found by the differential fuzzing in test_sse_reference.py: an event type is text,
+# and bytes that are not UTF-8 decode to U+FFFD, so they can match such a name.
+@pytest.mark.parametrize(
+    ("event_type", "heartbeat", "expected"),
+    [
+        (b"\xff", "\ufffd", 0),
+        (b"\xe2\x82", "\ufffd", 0),
+        (b"\xef\xbf\xbd", "\ufffd", 0),
+        (b"\xff\xff\xff", "\ufffd\ufffd\ufffd", 0),
+        (b"\xed\xa0\x80", "\ufffd\ufffd\ufffd", 0),
+        (b"p\xffng", "p\ufffdng", 0),
+        (b"\xff\xff", "\ufffd", 1),
+        (b"\xc3\xa9" * 28, "\u00e9" * 28, 0),
+        (b"\xff" * 18, "\ufffd" * 18, 0),
+        (b"\xff" * 19, "\ufffd" * 18, 1),
+        (b"\xff" * 57, "\ufffd" * 18, 1),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "bytewise"])
+def test_event_type_is_compared_as_decoded_text(
+    event_type: bytes, heartbeat: str, expected: int, chunked: bool
+) -> None:
+    """An event type that is not valid UTF-8 is compared with the heartbeat names as its decoded text, U+FFFD for each bad sequence."""
+    body = b"event: " + event_type + b"\ndata: x\n\n"
+    scanner = scan(bytewise(body) if chunked else [body], [heartbeat])
+    assert scanner.events == expected
+    assert len(scanner._event_type) <= 64
 
 
 # --------------------------------------------------------------------------- bounded memory
