@@ -37,7 +37,11 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         self._reading()
-        return await self._inner.read(max_bytes, timeout)
+        self._in_read = True
+        try:
+            return await self._inner.read(max_bytes, timeout)
+        finally:
+            self._in_read = False
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._follow()

@@ -105,11 +105,16 @@ class AsyncWatchedStream(BodyWatch):
 
     async def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
-        async for chunk in self._chunks:
-            if self._guard.fired is not None and self._draining(chunk):
-                continue
-            if self._hold(chunk):
+        try:
+            async for chunk in self._chunks:
+                if self._guard.fired is not None and self._draining(chunk):
+                    continue
+                if self._hold(chunk):
+                    return
+        except Exception as exc:
+            if self._broke_early(exc):
                 return
+            raise
         self._ended()
         self._progressed()
 
@@ -118,9 +123,12 @@ class AsyncWatchedStream(BodyWatch):
         return iteration
 
     async def _iterate(self) -> AsyncGenerator[bytes, None]:
+        for chunk in self._take_held():
+            yield chunk
+        if self._broken is not None:
+            await self._aclose()
+            self._raise_if_broken()
         try:
-            for chunk in self._take_held():
-                yield chunk
             async for chunk in self._chunks:
                 # Hot path: one attribute read unless the attempt was killed.
                 if self._guard.fired is not None and self._draining(chunk):

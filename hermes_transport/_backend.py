@@ -19,7 +19,7 @@ import httpcore
 
 from ._flavor import Flavor
 from ._guard import Guard, current_guard
-from ._sockets import shutdown_socket
+from ._sockets import shutdown_socket, socket_has_input
 
 __all__ = [
     "Tracked",
@@ -50,6 +50,7 @@ class Tracked:
 
     _guard: Guard | None
     _inner: httpcore.NetworkStream | httpcore.AsyncNetworkStream
+    _in_read = False  # the owner is inside a read of this stream (owner-written)
 
     def _follow(self) -> Guard | None:
         guard = current_guard.get()
@@ -76,6 +77,12 @@ class Tracked:
 
     def kill(self) -> bool:
         return shutdown_socket(self._inner.get_extra_info("socket"))
+
+    def caller_behind(self) -> bool:
+        # The server is shown silent only while its reader waits in a read with
+        # nothing pending; a reader elsewhere (judging bytes it took, or in the
+        # caller's own code) has not looked yet.
+        return not self._in_read or socket_has_input(self._inner.get_extra_info("socket"))
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
@@ -110,7 +117,11 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         self._reading()
-        return self._inner.read(max_bytes, timeout)
+        self._in_read = True
+        try:
+            return self._inner.read(max_bytes, timeout)
+        finally:
+            self._in_read = False
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._follow()

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx
 
-from ._backend import Tracked, refuse_http2, shutdown_socket, track_sockets
+from ._backend import Tracked, refuse_http2, track_sockets
 from ._calls import Call, call_for_request, under_runner
 from ._clock import monotonic
 from ._errors import (
@@ -28,6 +28,7 @@ from ._guard import Guard
 from ._interrupt import Interrupt
 from ._policy import StreamPolicy
 from ._progress import ProgressMeter, is_event_stream, wants_stream
+from ._sockets import shutdown_socket, socket_has_input
 
 __all__ = [
     "HOLD_LIMIT",
@@ -162,6 +163,9 @@ class _ForeignConnection:
 
     def kill(self) -> bool:
         return shutdown_socket(self._stream.get_extra_info("socket"))
+
+    def caller_behind(self) -> bool:
+        return socket_has_input(self._stream.get_extra_info("socket"))
 
 
 def check_settings(
@@ -427,6 +431,7 @@ class BodyWatch:
         self._held_size = 0
         self._complete = False  # the inner body was read to its end
         self._drained_size = 0  # read after [DONE] when the caller closed early
+        self._broken: Exception | None = None  # see _broke_early
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
             # Not an event stream: it has answered, and its body is not watched
@@ -447,6 +452,31 @@ class BodyWatch:
             self._progressed()
             return True
         return False
+
+    def _broke_early(self, exc: Exception) -> bool:
+        """Whether to keep ``exc``, raised by the body before its first event, for later.
+
+        A stall or interrupt (the guard fired) is raised from the request,
+        where a stall can be re-sent. Any other failure came from a server that
+        answered: plain httpx would raise it from the caller's first read, and
+        the SDK would not send the request again; so it is raised there, after
+        the bytes held so far.
+        """
+        if self._guard.fired is not None:
+            return False
+        self._broken = exc
+        self._guard.deadline = None  # nothing more to wait for
+        return True
+
+    def _take_held(self) -> list[bytes]:
+        held, self._held = self._held, []
+        return held
+
+    def _raise_if_broken(self) -> None:
+        """After the held bytes: the failure ``_broke_early`` kept, if any."""
+        broken, self._broken = self._broken, None
+        if broken is not None:
+            raise broken
 
     def _ended(self) -> None:
         """The inner body ended."""
@@ -473,10 +503,6 @@ class BodyWatch:
         """Count a drained chunk; whether the drain may go on."""
         self._drained_size += len(chunk)
         return self._drained_size <= DRAIN_BYTES and self._guard.fired is None
-
-    def _take_held(self) -> list[bytes]:
-        held, self._held = self._held, []
-        return held
 
     def _progressed(self) -> None:
         guard, meter = self._guard, self._meter

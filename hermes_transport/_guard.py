@@ -42,11 +42,26 @@ __all__ = ["FiredKind", "Guard", "Killable", "current_guard"]
 FiredKind = Literal["stalled", "interrupted", "closed"]
 
 
+#: A deadline that passes while the server's bytes wait unread in the socket
+#: means the caller is behind (a busy thread or loop), not the server: the
+#: guard looks again this often, for at most CALLER_LAG_LIMIT past the deadline.
+CALLER_LAG_RECHECK = 0.05
+CALLER_LAG_LIMIT = 1.0
+
+
 class Killable(Protocol):
     """A connection that can be stopped from a foreign thread."""
 
     def kill(self) -> bool:
         """Shut the socket down (never close it: the owner does that); whether it was reached."""
+
+
+class Observed(Protocol):
+    """A connection that can tell, from any thread, whether its reader is behind."""
+
+    def caller_behind(self) -> bool:
+        """Whether the reader has not looked at what the server sent: bytes wait unread,
+        or it is not waiting in a read (never blocks)."""
 
 
 class DeferredClose(Protocol):
@@ -63,8 +78,10 @@ class Guard:
         "_closed",
         "_conn",
         "_deferred_close",
+        "_deferred_to",
         "_fallback",
         "_lock",
+        "_overdue_since",
         "_pending_arm",
         "_pending_budget",
         "_tokens",
@@ -92,6 +109,10 @@ class Guard:
         # A budget that starts only once the attempt has a connection (see start_budget).
         self._pending_budget: float | None = None
         self._pending_arm: Callable[[Guard], None] | None = None
+        # The deadline the guard itself moved, when the caller was behind, and
+        # the one that was first overdue (see _caller_behind).
+        self._deferred_to: float | None = None
+        self._overdue_since = 0.0
 
     def bind(self, tokens: Sequence[Interrupt]) -> bool:
         """Register with interrupt tokens; ``False`` (and fired) if one is already interrupted."""
@@ -161,8 +182,27 @@ class Guard:
             return True
 
     def expire(self) -> None:
-        """Called by the watchdog when ``deadline`` has passed."""
+        """Called by the watchdog when ``deadline`` has passed.
+
+        Unless the caller is behind: then the guard moves its own deadline a
+        little later instead, and the watchdog must watch it again.
+        """
         self._fire("stalled", None)
+
+    def _caller_behind(self) -> bool:
+        # Under the lock. Bytes waiting unread mean the reader has not looked
+        # yet; firing now would cut (or re-send) a stream whose server is on time.
+        conn, deadline = self._conn, self.deadline
+        caller_behind = getattr(conn, "caller_behind", None)
+        if deadline is None or caller_behind is None:
+            return False
+        if deadline != self._deferred_to:  # overdue for the first time, not moved by us
+            self._overdue_since = deadline
+        now = monotonic()
+        if now - self._overdue_since >= CALLER_LAG_LIMIT or not caller_behind():
+            return False
+        self.deadline = self._deferred_to = now + CALLER_LAG_RECHECK
+        return True
 
     def interrupt(self, reason: str) -> None:
         """Called by an interrupt token, from any thread."""
@@ -189,6 +229,8 @@ class Guard:
     def _fire(self, kind: FiredKind, reason: str | None) -> None:
         with self._lock:
             if self._closed or self.fired is not None:
+                return
+            if kind == "stalled" and self._caller_behind():
                 return
             self.fired = kind
             self.reason = reason

@@ -13,28 +13,32 @@ Everything here runs on the loop's thread, except ``call_soon_threadsafe``,
 which is how a kill from another thread reaches the loop.
 
 Invariant: as in ``_watchdog``, nothing is expired before
-``monotonic() >= target.deadline``.
+``monotonic() >= target.deadline``. Every timer is set at most ``MAX_WAIT``
+ahead; a farther deadline is reached in steps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import sys
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._watchdog import DeadlineHeap, Target, expire_all
+from ._clock import monotonic
+from ._watchdog import DeadlineHeap, Target, bounded_wait, expire_all
 
 __all__ = ["LoopWatchdog", "loop_watchdog"]
+
+logger = logging.getLogger("hermes_transport")
 
 
 class _Alarm(Protocol):
     def set(self, when: float) -> None:
-        """Ring at ``time.monotonic()`` ``when`` (replacing any earlier setting)."""
+        """Ring at ``monotonic()`` ``when`` (replacing any earlier setting)."""
 
     def cancel(self) -> None: ...
 
@@ -90,11 +94,19 @@ class LoopWatchdog:
 
     def _ring(self) -> None:
         self._alarm_at = None
-        due = self._heap.pop_due(time.monotonic())
-        self._live.difference_update(due)
-        if not self._heap:
-            self._live.clear()  # whatever is left was disarmed before its deadline
-        expire_all(due)
+        try:
+            due = self._heap.pop_due(monotonic())
+            self._live.difference_update(due)
+            if not self._heap:
+                self._live.clear()  # whatever is left was disarmed before its deadline
+            for target in expire_all(due):  # a guard whose caller is behind: again
+                self.arm(target)
+        except Exception:
+            # A bug. Raised here it would crash trio's run (the alarm is a system
+            # task there). The alarm stays down until the next arm(), so a failure
+            # that repeats cannot spin the loop.
+            logger.exception("watchdog: the event-loop watcher failed")
+            return
         earliest = self._heap.earliest()
         if earliest is not None and self._alarm_at is None:
             self._set_alarm(earliest)
@@ -114,12 +126,20 @@ class _AsyncioAlarm:
             return
         if self._handle is not None:
             self._handle.cancel()
-        # The loop's clock need not be time.monotonic(); convert through a delay.
-        self._handle = loop.call_later(max(0.0, when - time.monotonic()), self._rung)
+        # The loop's clock need not be monotonic(); convert through a delay,
+        # bounded (uvloop's timers overflow on huge ones): a far deadline is
+        # reached in steps, the watcher re-setting the alarm each time.
+        self._handle = loop.call_later(bounded_wait(when - monotonic()), self._rung)
 
     def _rung(self) -> None:
         self._handle = None
-        self._ring()
+        # One more pass of the loop first. A loop that was behind takes the
+        # bytes that arrived meanwhile off the socket in this same pass, before
+        # this timer runs, and wakes their reader only in the next: looking now
+        # would take that caller's lag for a silent server.
+        loop = self._loop()
+        if loop is not None:
+            loop.call_soon(self._ring)
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -150,7 +170,7 @@ class _TrioAlarm:
         if self._when == math.inf:
             return math.inf
         now: float = self._trio.current_time()
-        return now + max(0.0, self._when - time.monotonic())
+        return now + bounded_wait(self._when - monotonic())
 
     def set(self, when: float) -> None:
         self._when = when
@@ -171,7 +191,13 @@ class _TrioAlarm:
                 self._scope = scope
                 await trio.sleep_forever()
             self._scope = None
-            if self._when != math.inf and time.monotonic() >= self._when:
+            if self._when != math.inf and monotonic() >= self._when:
+                # Two more scheduling passes first: a reader that trio woke in the
+                # same pass takes its bytes off the socket and then yields once
+                # more inside receive_some() before it can judge them; looking
+                # now would take that caller's lag for a silent server.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 self._when = math.inf
                 self._ring()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import reprlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -17,6 +18,10 @@ ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 _OFF = "off"
+#: The longest finite budget, in seconds: a year. Longer ones are refused
+#: (``math.inf`` or ``None`` turn a bound off) rather than handed to timers that
+#: cannot hold them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
+MAX_SECONDS = 365 * 24 * 3600.0
 #: Anthropic's Messages API sends ``event: ping`` while a model is silent.
 DEFAULT_HEARTBEAT_EVENTS = frozenset({"ping"})
 
@@ -46,6 +51,9 @@ class StreamPolicy:
     ``{"ping"}``, is Anthropic's: a model that only pings has stalled. Give
     any collection of names (stored as a frozenset); an empty one makes every
     data event progress.
+
+    A finite budget is at most ``MAX_SECONDS`` (a year); anything longer is a
+    ``ValueError``, like zero, negative, NaN or non-numeric ones.
 
     Limits: the budgets are wall-clock seconds checked by one watcher thread,
     so a stall is reported a few milliseconds after its deadline, never before.
@@ -96,7 +104,8 @@ class StreamPolicy:
         ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names separated by
         commas, or ``off`` for none). Unset or empty variables keep
         the defaults. ``environ`` defaults to ``os.environ``. A malformed value
-        raises ``ValueError`` naming the variable.
+        (a budget above ``MAX_SECONDS`` included) raises ``ValueError`` naming
+        the variable.
         """
         env = os.environ if environ is None else environ
         known = {f.name for f in fields(cls)}
@@ -145,11 +154,22 @@ _UNSET: Any = _Unset()
 def _check_seconds(name: str, value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        # Compared before any float(): an int too large for a float is refused, not raised on.
+        or not _in_range(value)
+    ):
+        raise ValueError(
+            f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
+            f" math.inf or None; got {reprlib.repr(value)}"
+        )
     return float(value)
+
+
+def _in_range(value: float) -> bool:
+    """``0 < value <= MAX_SECONDS``, or ``+inf``; NaN is out (every comparison fails)."""
+    return value == math.inf or 0 < value <= MAX_SECONDS
 
 
 def _check_event_types(value: object) -> frozenset[str]:
@@ -181,7 +201,12 @@ def _env_seconds(env: Mapping[str, str], name: str, *, off: float | None) -> Any
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds > 0 or 'off', got {raw!r}") from None
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{name} must be a number of seconds > 0 or 'off', got {raw!r}")
+        value = math.nan
+    # "1e400" parses as inf: only a spelled-out infinity means no bound.
+    spelled_inf = raw.lower().lstrip("+") in ("inf", "infinity")
+    if not _in_range(value) or (value == math.inf and not spelled_inf):
+        raise ValueError(
+            f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
+            f" or 'off'; got {raw!r}"
+        )
     return value

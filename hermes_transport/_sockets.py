@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 from collections.abc import Callable
 
-__all__ = ["shutdown_socket"]
+__all__ = ["shutdown_socket", "socket_has_input"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -108,3 +109,26 @@ def _warn_unreachable(sock: object) -> None:
         " to reach): a stall or interrupt cannot cut its connections",
         name,
     )
+
+
+def socket_has_input(sock: object) -> bool:
+    """Whether ``sock`` has input waiting that its reader has not taken yet (or its end).
+
+    From any thread, never blocking and never consuming: a zero-timeout poll of
+    its descriptor. TLS counts raw bytes, decrypted or not. ``False`` when the
+    descriptor cannot be had (the caller then cannot be shown to be behind).
+    """
+    fileno = getattr(sock, "fileno", None)
+    if not callable(fileno):
+        return False
+    try:
+        fd = fileno()
+        if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
+            return False
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False

@@ -62,9 +62,14 @@ class WatchedStream(BodyWatch):
 
     def await_first_event(self) -> None:
         """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
-        for chunk in self._chunks:
-            if self._hold(chunk):
+        try:
+            for chunk in self._chunks:
+                if self._hold(chunk):
+                    return
+        except Exception as exc:
+            if self._broke_early(exc):
                 return
+            raise
         self._ended()
         self._progressed()
 
@@ -73,8 +78,11 @@ class WatchedStream(BodyWatch):
         return iteration
 
     def _iterate(self) -> Generator[bytes, None, None]:
+        yield from self._take_held()
+        if self._broken is not None:
+            self._close()
+            self._raise_if_broken()
         try:
-            yield from self._take_held()
             for chunk in self._chunks:
                 self._saw(chunk)
                 yield chunk

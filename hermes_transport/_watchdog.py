@@ -12,6 +12,12 @@ new deadline instead of expiring it. Only moving a deadline *earlier* needs
 
 Invariant: a target is expired only when ``monotonic() >= target.deadline`` at
 the moment the watcher looks, so nothing is ever expired early.
+
+Nothing a target or a clock does can leave the process without a watcher:
+every sleep is at most ``MAX_WAIT`` (a far deadline is slept towards in steps,
+never handed to ``Condition.wait``, which refuses more than
+``threading.TIMEOUT_MAX``), an exception in the loop is logged and the loop
+goes on, and ``arm()`` starts a new thread if the last one died.
 """
 
 from __future__ import annotations
@@ -19,12 +25,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import time
 from typing import Protocol
 
-__all__ = ["DeadlineHeap", "Target", "Watchdog", "expire_all", "watchdog"]
+from ._clock import monotonic
+
+__all__ = [
+    "MAX_WAIT",
+    "DeadlineHeap",
+    "Target",
+    "Watchdog",
+    "bounded_wait",
+    "expire_all",
+    "watchdog",
+]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -32,11 +49,33 @@ logger = logging.getLogger("hermes_transport")
 # the heap has doubled since the last one, so its cost is amortised O(1).
 _COMPACT_FLOOR = 1024
 
+#: The longest single sleep of a watcher (thread or event-loop timer), in seconds:
+#: far below ``threading.TIMEOUT_MAX`` and any loop's timer range, and long
+#: enough that waking once an hour towards a far deadline costs nothing.
+MAX_WAIT = 3600.0
+
+# After an unexpected error in the watcher loop: first pause, and the longest one.
+_ERROR_PAUSE = 0.01
+_MAX_ERROR_PAUSE = 1.0
+
+
+def bounded_wait(delay: float) -> float:
+    """``delay`` clamped to ``[0, MAX_WAIT]``; NaN (a broken deadline) waits ``MAX_WAIT``."""
+    if delay < MAX_WAIT:  # False for NaN
+        return max(0.0, delay)
+    return MAX_WAIT
+
+
+def _key(deadline: float) -> float:
+    # A NaN deadline would corrupt the heap's order (it compares false with
+    # everything) and so hide others' deadlines: it sorts last, as "never".
+    return math.inf if math.isnan(deadline) else deadline
+
 
 class Target(Protocol):
     """What the watchdog watches: a mutable deadline and what to do when it passes."""
 
-    # time.monotonic() seconds, or None once the target is disarmed.
+    # monotonic() seconds, or None once the target is disarmed.
     deadline: float | None
 
     def expire(self) -> None: ...
@@ -66,7 +105,7 @@ class DeadlineHeap:
         deadline = target.deadline
         if deadline is None:
             return False
-        heapq.heappush(self._heap, (deadline, next(self._seq), target))
+        heapq.heappush(self._heap, (_key(deadline), next(self._seq), target))
         if len(self._heap) >= self._compact_at:
             self._compact()
         return self._heap[0][2] is target
@@ -83,8 +122,8 @@ class DeadlineHeap:
             current = target.deadline
             if current is None:
                 continue
-            if current > now:
-                heapq.heappush(heap, (current, next(self._seq), target))
+            if not current <= now:  # moved later (or NaN: never)
+                heapq.heappush(heap, (_key(current), next(self._seq), target))
                 continue
             due.append(target)
         return due
@@ -112,13 +151,17 @@ class Watchdog:
         """Watch ``target`` until its ``deadline`` passes or becomes ``None``."""
         with self._cond:
             earliest = self._heap.push(target)
-            if self._thread is None:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
                 if not self._heap:
                     return
-                self._thread = threading.Thread(
+                # First use, or the last thread died (it should not: see _run):
+                # either way the heap, kept intact, gets a watcher again.
+                thread = threading.Thread(
                     target=self._run, name="hermes-transport-watchdog", daemon=True
                 )
-                self._thread.start()
+                thread.start()
+                self._thread = thread
             elif earliest:
                 # Only an earlier deadline than the one being slept on needs a wake-up.
                 self._cond.notify()
@@ -134,21 +177,33 @@ class Watchdog:
             return len(self._heap)
 
     def _run(self) -> None:
+        pause = _ERROR_PAUSE
         while True:
-            due = self._wait_for_due()
-            # Expire outside the lock: expiry shuts sockets down, and arm()
-            # must never wait behind I/O.
-            expire_all(due)
+            try:
+                due = self._wait_for_due()
+                # Expire outside the lock: expiry shuts sockets down, and arm()
+                # must never wait behind I/O.
+                for target in expire_all(due):
+                    self.arm(target)
+            except Exception:
+                # A bug, but every stall in the process depends on this thread:
+                # log it and go on, pausing (longer each time) so a failure that
+                # repeats cannot spin.
+                logger.exception("watchdog: the watcher loop failed; it goes on")
+                time.sleep(pause)
+                pause = min(2 * pause, _MAX_ERROR_PAUSE)
+            else:
+                pause = _ERROR_PAUSE
 
     def _wait_for_due(self) -> list[Target]:
         with self._cond:
             while True:
-                now = time.monotonic()
+                now = monotonic()
                 due = self._heap.pop_due(now)
                 if due:
                     return due
                 earliest = self._heap.earliest()
-                self._cond.wait(None if earliest is None else earliest - now)
+                self._cond.wait(None if earliest is None else bounded_wait(earliest - now))
 
     def _after_fork(self) -> None:
         # The thread does not exist in a forked child; the lock may be held by it.
@@ -157,13 +212,21 @@ class Watchdog:
         self._thread = None
 
 
-def expire_all(due: list[Target]) -> None:
-    """Expire each target; one that fails is logged and does not stop the others."""
+def expire_all(due: list[Target]) -> list[Target]:
+    """Expire each target; one that fails is logged and does not stop the others.
+
+    Returns the targets still armed afterwards: a guard whose caller is behind
+    moves its own deadline instead of firing, and must be watched again.
+    """
+    again = []
     for target in due:
         try:
             target.expire()
         except Exception:  # a bug, but the watcher must live on for the others
             logger.exception("watchdog: expiring %r failed", target)
+        if target.deadline is not None:
+            again.append(target)
+    return again
 
 
 watchdog = Watchdog()

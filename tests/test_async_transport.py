@@ -581,6 +581,7 @@ async def _loop_server() -> AsyncIterator[int]:
         tasks.cancel_scope.cancel()
 
 
+@pytest.mark.timing
 async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
     """1,000 concurrent watched streams: every stall is caught on time, memory stays bounded."""
     kinds = ["ok", "silent", "comments"]

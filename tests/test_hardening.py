@@ -609,3 +609,131 @@ def test_a_budget_put_off_until_the_connection_starts_only_then() -> None:
     assert before + 0.5 <= guard.deadline <= time.monotonic() + 0.5
     guard.start_budget()  # only once
     assert armed == [guard]
+
+
+# --- A caller that is behind is not a silent server ---------------------------------------
+
+TICKING = replace(Scenario.healthy(content=tuple("abcdefghij")), event_interval=0.1)
+
+
+@pytest.mark.timing
+def test_a_caller_that_pauses_longer_than_the_budget_is_not_cut(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A reader that spends longer than the stale budget on one chunk, while the server keeps sending, gets the whole stream."""
+    server.scenario = TICKING
+    transport = flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=0.5))
+    with flavor.http.Client(transport=transport, timeout=30.0) as client:
+        with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            body = b""
+            for chunk in response.iter_raw():
+                if not body:
+                    time.sleep(1.0)  # the caller is busy; the server is not
+                body += chunk
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.timing
+def test_a_caller_held_up_before_reading_its_headers_is_not_re_sent(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A thread held up past the first-event budget while its answer waits in the socket gets it, sent once."""
+    held: list[str] = []
+
+    def trace(name: str, info: object) -> None:
+        if name.endswith("receive_response_headers.started") and not held:
+            held.append(name)
+            time.sleep(0.8)
+
+    transport = flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=0.5, retries=1))
+    with flavor.http.Client(transport=transport, timeout=30.0) as client:
+        response = client.post(
+            server.base_url + "/chat/completions", json=chat_body(), extensions={"trace": trace}
+        )
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    assert held
+    assert len(server.requests) == 1
+
+
+@pytest.mark.timing
+@pytest.mark.anyio
+async def test_a_loop_that_was_busy_longer_than_the_budget_does_not_cut_a_healthy_stream(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A loop blocked past the stale budget while events arrive on time reads them all afterwards."""
+    server.scenario = TICKING
+    transport = flavor.AsyncWatchdogTransport(policy=StreamPolicy(stale_timeout=0.5))
+    async with flavor.http.AsyncClient(transport=transport, timeout=30.0) as client:
+        async with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            body = b""
+            async for chunk in response.aiter_raw():
+                if not body:
+                    time.sleep(1.0)  # blocks the whole loop
+                body += chunk
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.timing
+def test_a_stall_is_still_cut_after_the_caller_caught_up(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """Lag forgiveness ends once the caller has read what waited: a silent server is then cut at its budget."""
+    server.scenario = replace(Scenario.silent_after(3), hold=30.0)
+    transport = flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=0.5))
+    with flavor.http.Client(transport=transport, timeout=30.0) as client:
+        with client.stream(
+            "POST", server.base_url + "/chat/completions", json=chat_body()
+        ) as response:
+            chunks = response.iter_raw()
+            next(chunks)
+            time.sleep(1.0)  # behind: the rest of the events wait in the socket
+            seen: list[float] = []
+            with pytest.raises(StreamStalled) as info:
+                seen.extend(time.monotonic() for _ in chunks)
+    assert info.value.stage == "mid_stream"
+    assert seen, "the events that waited in the socket were not delivered"
+    assert 0.5 <= time.monotonic() - seen[-1] < 0.5 + PROMPT
+
+
+# --- A body that breaks before its first event ------------------------------------------
+
+
+def test_a_body_that_breaks_before_its_first_event_fails_the_read_not_the_request(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A 200 stream whose connection drops before any event raises from the caller's read, as in plain httpx, and is not re-sent."""
+    server.scenario = Scenario.truncated(0)
+    outcomes = []
+    for transport in (
+        flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=5.0, retries=2)),
+        flavor.http.HTTPTransport(),
+    ):
+        with flavor.http.Client(transport=transport, timeout=30.0) as client:
+            with client.stream(
+                "POST", server.base_url + "/chat/completions", json=chat_body()
+            ) as response:
+                assert response.status_code == 200  # the request itself succeeded
+                with pytest.raises(flavor.http.RemoteProtocolError) as info:
+                    response.read()
+                outcomes.append(type(info.value))
+    assert outcomes[0] is outcomes[1]
+    assert len(server.requests) == 2  # once each: nothing re-sent
+
+
+def test_the_sdk_does_not_repeat_a_request_whose_body_broke_before_its_first_event(
+    sdk_flavor: Flavor, server: FaultServer
+) -> None:
+    """Through openai with its default max_retries, a body broken before any event fails while iterating, after one request."""
+    server.scenario = Scenario.truncated(0)
+    with openai.OpenAI(
+        base_url=server.base_url, api_key="x", http_client=sdk_flavor.http_client_for("cron")
+    ) as client:
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        with pytest.raises((sdk_flavor.http.RemoteProtocolError, openai.APIConnectionError)):
+            for _ in stream:
+                pass
+    assert len(server.requests) == 1
