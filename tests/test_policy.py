@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import threading
 from typing import Any
 
 import pytest
 
-from hermes_transport._policy import StreamPolicy
+from hermes_transport._policy import MAX_SECONDS, StreamPolicy
 
 STALE = "HERMES_STREAM_STALE_TIMEOUT"
 FIRST = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
@@ -16,6 +18,11 @@ RETRIES = "HERMES_STREAM_RETRIES"
 HEARTBEATS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 ALL_VARS = (STALE, FIRST, RETRIES, HEARTBEATS)
 TIMEOUT_FIELDS = ("stale_timeout", "first_event_timeout")
+
+
+def _build(**fields: Any) -> StreamPolicy:
+    """A policy from fields of any type: the validation, not the type checker, is under test."""
+    return StreamPolicy(**fields)
 
 
 # --------------------------------------------------------------------------- defaults & frozen
@@ -93,7 +100,7 @@ def test_budgets(
 def test_invalid_timeouts_raise_naming_the_field(field: str, value: object) -> None:
     """Zero, negative, NaN, bool and non-numeric timeouts raise ``ValueError`` naming the field."""
     with pytest.raises(ValueError, match=field):
-        StreamPolicy(**{field: value})
+        _build(**{field: value})
 
 
 @pytest.mark.parametrize("field", TIMEOUT_FIELDS)
@@ -104,7 +111,7 @@ def test_invalid_timeouts_raise_naming_the_field(field: str, value: object) -> N
 )
 def test_valid_timeouts_are_stored_as_float(field: str, value: float, stored: float) -> None:
     """Positive ints and floats are accepted and stored as ``float``."""
-    got = getattr(StreamPolicy(**{field: value}), field)
+    got = getattr(_build(**{field: value}), field)
     assert got == stored
     assert type(got) is float
 
@@ -112,7 +119,7 @@ def test_valid_timeouts_are_stored_as_float(field: str, value: float, stored: fl
 @pytest.mark.parametrize("field", TIMEOUT_FIELDS)
 def test_none_timeouts_are_accepted(field: str) -> None:
     """``None`` is a valid value for either timeout."""
-    assert getattr(StreamPolicy(**{field: None}), field) is None
+    assert getattr(_build(**{field: None}), field) is None
 
 
 @pytest.mark.parametrize("value", [-1, -100, True, False, 1.0, 2.5, "2", None, math.nan], ids=repr)
@@ -140,6 +147,86 @@ def test_replace_revalidates(changes: dict[str, Any], field: str) -> None:
     """``dataclasses.replace`` runs the same validation as the constructor."""
     with pytest.raises(ValueError, match=field):
         dataclasses.replace(StreamPolicy(), **changes)
+
+
+# --------------------------------------------------------------------------- the maximum
+
+# Above a year: up to where threading.Condition.wait overflows, and far past it.
+HUGE = [
+    MAX_SECONDS + 1,
+    MAX_SECONDS * (1 + 1e-12),
+    1e10,
+    threading.TIMEOUT_MAX,
+    float(sys.maxsize),
+    sys.maxsize,
+    1e300,
+    sys.float_info.max,
+    10**400,  # an int no float can hold: refused, not an OverflowError
+]
+
+
+def test_the_maximum_is_a_year() -> None:
+    """The documented maximum budget is one (365-day) year, far below threading.TIMEOUT_MAX."""
+    assert MAX_SECONDS == 365 * 24 * 3600
+    assert MAX_SECONDS < threading.TIMEOUT_MAX / 100
+
+
+@pytest.mark.parametrize("field", TIMEOUT_FIELDS)
+@pytest.mark.parametrize("value", HUGE, ids=lambda v: "10**400" if v == 10**400 else repr(v))
+def test_budgets_above_the_maximum_raise_naming_the_field(field: str, value: float) -> None:
+    """A finite budget above MAX_SECONDS is a ValueError naming the field and the maximum."""
+    with pytest.raises(ValueError, match=rf"{field} .*at most 31536000") as info:
+        _build(**{field: value})
+    assert len(str(info.value)) < 200, "a huge int is not spelled out in full"
+
+
+@pytest.mark.parametrize("field", TIMEOUT_FIELDS)
+@pytest.mark.parametrize("value", [MAX_SECONDS, int(MAX_SECONDS), MAX_SECONDS - 0.5])
+def test_the_maximum_itself_is_accepted(field: str, value: float) -> None:
+    """A budget of exactly MAX_SECONDS (or just below it) is accepted and stored as float."""
+    assert getattr(_build(**{field: value}), field) == float(value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"stale_timeout": 1e10}, "stale_timeout"),
+        ({"first_event_timeout": 1e300}, "first_event_timeout"),
+    ],
+)
+def test_replace_refuses_huge_budgets(changes: dict[str, Any], field: str) -> None:
+    """``dataclasses.replace`` refuses a budget above the maximum as the constructor does."""
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(StreamPolicy(), **changes)
+
+
+def test_infinity_and_none_keep_their_meanings() -> None:
+    """``math.inf`` and ``None`` are not budgets above the maximum: they turn bounds off as before."""
+    assert StreamPolicy(stale_timeout=math.inf).stale_budget is None
+    assert StreamPolicy(first_event_timeout=math.inf).first_event_budget is None
+    assert StreamPolicy(stale_timeout=None, first_event_timeout=None).first_event_budget is None
+
+
+@pytest.mark.parametrize("var", [STALE, FIRST])
+@pytest.mark.parametrize(
+    "raw", ["31536001", "1e10", "9223372036854775807", "1e300", "1e400", "1E999", "-1e400"]
+)
+def test_from_env_budgets_above_the_maximum_raise_naming_variable(var: str, raw: str) -> None:
+    """A budget above MAX_SECONDS in the environment, or one that only overflows to infinity, raises ValueError naming the variable."""
+    with pytest.raises(ValueError, match=rf"{var} .*at most 31536000"):
+        StreamPolicy.from_env({var: raw})
+
+
+@pytest.mark.parametrize("raw", ["inf", "Infinity", "+inf", "INF", " inf "])
+def test_from_env_a_spelled_out_infinity_is_no_bound(raw: str) -> None:
+    """An explicit ``inf`` in the environment still means no bound, as ``off`` does for the first event."""
+    assert StreamPolicy.from_env({STALE: raw}).stale_budget is None
+    assert StreamPolicy.from_env({FIRST: raw}).first_event_budget is None
+
+
+def test_from_env_the_maximum_itself_is_accepted() -> None:
+    """A variable set to exactly MAX_SECONDS is accepted."""
+    assert StreamPolicy.from_env({STALE: "31536000"}).stale_timeout == MAX_SECONDS
 
 
 # --------------------------------------------------------------------------- from_env
