@@ -1,6 +1,6 @@
 """Shutting a socket down from any thread: how every kill reaches the network.
 
-No state but a record of the socket types already warned about; one function,
+No state but a record of the socket types already warned about; two functions,
 called by guards (under their lock) on whichever thread fires them.
 """
 

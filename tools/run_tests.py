@@ -118,9 +118,9 @@ def main() -> int:
         # Four workers on any machine: the tests mostly wait on budgets and timers
         # (a serial run uses about a third of one core), so four fit two cores.
         # Tests bound by wall-clock time (marked `timing`) run after that pass, on
-        # their own, so a busy machine does not make them late.
+        # their own with one worker per core, so a busy machine does not make them late.
         returncode = 0
-        for passes in (["-n", "4", "-m", "not timing"], ["-m", "timing"]):
+        for passes in (["-n", "4", "-m", "not timing"], ["-n", "2", "-m", "timing"]):
             passed, broken, code = _pytest(python, [*passes, *args.pytest_args])
             totals["passed"] += passed
             totals["failed"] += broken
