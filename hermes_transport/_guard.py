@@ -42,9 +42,10 @@ __all__ = ["FiredKind", "Guard", "Killable", "current_guard"]
 FiredKind = Literal["stalled", "interrupted", "closed"]
 
 
-#: A deadline that passes while the server's bytes wait unread in the socket
-#: means the caller is behind (a busy thread or loop), not the server: the
-#: guard looks again this often, for at most CALLER_LAG_LIMIT past the deadline.
+#: A deadline that passes while the server's bytes wait unread in the socket,
+#: or while the reader is not waiting in a read, shows the caller behind (a busy
+#: thread or loop), not the server silent: the guard looks again this often, for
+#: at most CALLER_LAG_LIMIT past the deadline, before it fires.
 CALLER_LAG_RECHECK = 0.05
 CALLER_LAG_LIMIT = 1.0
 
@@ -190,8 +191,8 @@ class Guard:
         self._fire("stalled", None)
 
     def _caller_behind(self) -> bool:
-        # Under the lock. Bytes waiting unread mean the reader has not looked
-        # yet; firing now would cut (or re-send) a stream whose server is on time.
+        # Under the lock. A reader that has not looked at what arrived would see
+        # its stream cut (or its request re-sent) though the server is on time.
         conn, deadline = self._conn, self.deadline
         caller_behind = getattr(conn, "caller_behind", None)
         if deadline is None or caller_behind is None:
