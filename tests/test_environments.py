@@ -177,7 +177,8 @@ def _fire_later(
     spawn: Callable[[Callable[[], None]], object] | None = None,
     sleep: Callable[[float], object] = time.sleep,
 ) -> None:
-    """Interrupt ``token`` ``delay`` s after the start or the first event, from another thread.
+    """Interrupt ``token`` ``delay`` s after its first attempt began, or after the first event,
+    from another thread.
 
     ``spawn`` starts the interrupting thread (a greenlet, a native thread under
     gevent); a daemon ``threading.Thread`` by default.
@@ -186,6 +187,10 @@ def _fire_later(
     def fire() -> None:
         give_up = _now() + 10
         while after_event and run.events == 0 and _now() < give_up:
+            sleep(0.005)
+        # Not before the request is on its way (a busy machine may take longer than
+        # `delay` to get there): an attempt bound to the token exists.
+        while not after_event and not token._guards and _now() < give_up:
             sleep(0.005)
         sleep(delay)
         run.interrupted_at = _now()
