@@ -563,6 +563,7 @@ def _stream_forever(url: str, outcome: list[object], verify: ssl.SSLContext | bo
         outcome.append(exc)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
     "scenario",
     [
