@@ -21,7 +21,7 @@ watchdog) wraps no transport fails the check too.
     python3 tools/sdk_transparency.py --major 1          # the SDKs of .venvs/openai1
     python3 tools/sdk_transparency.py --major 3 --suite anthropic --verbose
     python3 tools/sdk_transparency.py --major 2 --json report.json
-    python3 tools/sdk_transparency.py --major 3 --library DIR  # DIR/hermes_transport instead
+    python3 tools/sdk_transparency.py --major 3 --package-dir DIR  # DIR/hermes_transport instead
 
 ``tools/run_tests.py`` runs it once per major, after that major's own tests.
 
@@ -439,7 +439,7 @@ class Environment:
     python: Path
     versions: Mapping[str, str]
     suites: Mapping[str, Path]  # SDK name -> its unpacked sdist
-    library: Path | None = None  # a directory whose hermes_transport the tests import
+    package_dir: Path | None = None  # a directory whose hermes_transport the tests import
 
 
 def prepare(major: str, sdks: Iterable[str]) -> Environment:
@@ -504,8 +504,8 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
 def _environment(environment: Environment, run: Run) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not AMBIENT.match(name)}
     env.update(run.suite.env)
-    paths = [TOOLS] if environment.library is None else [environment.library, TOOLS]
-    env["PYTHONPATH"] = os.pathsep.join(map(str, paths))  # the two plugins (and --library)
+    paths = [TOOLS] if environment.package_dir is None else [environment.package_dir, TOOLS]
+    env["PYTHONPATH"] = os.pathsep.join(map(str, paths))  # the two plugins (and --package-dir)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[RESULTS_VARIABLE] = str(run.results_file)
     if run.watchdog:
@@ -793,16 +793,16 @@ def check(
     jobs: int = 4,
     verbose: bool = False,
     json_path: Path | None = None,
-    library: Path | None = None,
+    package_dir: Path | None = None,
 ) -> bool:
     """Compare the suites of one major; print the report; whether they are the same."""
     chosen = [suite for suite in suites_for(major) if not only or suite.name in only]
     # The environment holds every SDK's tests, whichever are compared this time.
     environment = prepare(major, [suite.name for suite in suites_for(major)])
-    if library is not None:
-        if not (library / "hermes_transport" / "__init__.py").is_file():
-            raise SystemExit(f"sdk_transparency: no hermes_transport package in {library}")
-        environment = dataclasses.replace(environment, library=library.resolve())
+    if package_dir is not None:
+        if not (package_dir / "hermes_transport" / "__init__.py").is_file():
+            raise SystemExit(f"sdk_transparency: no hermes_transport package in {package_dir}")
+        environment = dataclasses.replace(environment, package_dir=package_dir.resolve())
     for suite in chosen:
         if suite.name not in environment.suites:
             _say(f"sdk_transparency: {suite.name} is not in .venvs/openai{major}: not compared")
@@ -850,14 +850,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="list known differences too")
     parser.add_argument("--json", type=Path, help="write the report here as JSON")
     parser.add_argument(
-        "--library",
+        "--package-dir",
         type=Path,
         metavar="DIR",
         help="test the hermes_transport package in DIR instead of this checkout's"
         " (say, an older commit: git archive COMMIT hermes_transport | tar -x -C DIR)",
     )
     args = parser.parse_args(argv)
-    same = check(args.major, args.suite, max(1, args.jobs), args.verbose, args.json, args.library)
+    same = check(
+        args.major, args.suite, max(1, args.jobs), args.verbose, args.json, args.package_dir
+    )
     return 0 if same else 1
 
 
