@@ -57,14 +57,6 @@ class Killable(Protocol):
         """Shut the socket down (never close it: the owner does that); whether it was reached."""
 
 
-class Observed(Protocol):
-    """A connection that can tell, from any thread, whether its reader is behind."""
-
-    def caller_behind(self) -> bool:
-        """Whether the reader has not looked at what the server sent: bytes wait unread,
-        or it is not waiting in a read (never blocks)."""
-
-
 class DeferredClose(Protocol):
     """A connection whose close was put off until its request ended."""
 
@@ -193,6 +185,9 @@ class Guard:
     def _caller_behind(self) -> bool:
         # Under the lock. A reader that has not looked at what arrived would see
         # its stream cut (or its request re-sent) though the server is on time.
+        # Connections that can tell have caller_behind(): whether bytes wait
+        # unread, or the reader is not waiting in a read (from any thread, never
+        # blocking).
         conn, deadline = self._conn, self.deadline
         caller_behind = getattr(conn, "caller_behind", None)
         if deadline is None or caller_behind is None:
