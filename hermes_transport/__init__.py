@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import logging
 
-from ._async_transport import AsyncWatchdogTransport
-from ._errors import StreamInterrupted, StreamStalled
-from ._factory import (
+from ._core.contexts import should_stream_inline
+from ._core.errors import StreamInterrupted, StreamStalled
+from ._core.interrupt import Interrupt
+from ._core.policy import StreamPolicy
+from ._flavors.httpx import (
+    AsyncWatchdogTransport,
+    WatchdogTransport,
     async_http_client_for,
-    async_openai_client_for,
     http_client_for,
-    openai_client_for,
-    should_stream_inline,
 )
-from ._interrupt import Interrupt
-from ._policy import StreamPolicy
-from ._runner import astream_chat_completion, stream_chat_completion
-from ._transport import WatchdogTransport
+from ._sdk.chat import astream_chat_completion, stream_chat_completion
+from ._sdk.clients import async_openai_client_for, openai_client_for
 
 __version__ = "0.1.0"
 
@@ -44,3 +43,9 @@ __all__ = [
     "should_stream_inline",
     "stream_chat_completion",
 ]
+
+# Shown, documented and pickled under the public name, not the private module
+# that defines it (as httpx does).
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -1,44 +1,12 @@
-"""Command line: ``python -m hermes_transport demo`` and ``python -m hermes_transport probe``."""
+"""``python -m hermes_transport``: the command line (``demo``, ``probe``)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from . import _probe
+from .cli.main import main
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hermes_transport",
-        description="hermes-transport: a watchdog httpx transport for streaming LLM calls.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser(
-        "demo",
-        help="run the openai SDK through every fault scenario of the embedded server,"
-        " with and without the watchdog",
-    )
-    probe = commands.add_parser(
-        "probe",
-        help="stream one chat completion through the watchdog and print its timeline",
-        description="Stream one chat completion through the watchdog and print its timeline:"
-        " connect, headers, first event, long gaps, keepalive comments, and a verdict."
-        " Exit 0 healthy, 1 stalled or failed, 2 bad arguments, 130 interrupted (Ctrl+C)."
-        " Without --base-url it probes the embedded fault server.",
-    )
-    _probe.add_arguments(probe)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        # Imported here: the demo needs the openai SDK, which the probe does not load.
-        from ._demo import run_demo
-
-        return run_demo(sys.stdout)
-    if args.command == "probe":
-        return _probe.run(args, probe, sys.stdout, sys.stderr)
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
-    return 2  # pragma: no cover
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

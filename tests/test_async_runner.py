@@ -29,8 +29,8 @@ from hermes_transport import (
     openai_client_for,
     stream_chat_completion,
 )
-from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
-from hermes_transport._loop_watchdog import loop_watchdog
+from hermes_transport._io.loop_watchdog import loop_watchdog
+from hermes_transport._transports.builder import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
 from _support import (

@@ -20,15 +20,15 @@ import httpx
 import pytest
 from test_transport import _gunzip, _normalised
 
-import hermes_transport._loop_watchdog as loop_watchdog_module
+import hermes_transport._io.loop_watchdog as loop_watchdog_module
 from hermes_transport import (
     Interrupt,
     StreamInterrupted,
     StreamPolicy,
     StreamStalled,
 )
-from hermes_transport._exchange import HOLD_LIMIT
-from hermes_transport._loop_watchdog import loop_watchdog
+from hermes_transport._core.body import HOLD_LIMIT
+from hermes_transport._io.loop_watchdog import loop_watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import (

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from hermes_transport import _demo
 from hermes_transport.__main__ import main
+from hermes_transport.cli import demo as _demo
 from hermes_transport.testing import Scenario
 
 

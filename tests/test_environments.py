@@ -35,10 +35,11 @@ import openai
 import pytest
 
 import hermes_transport
-from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled, _sockets
-from hermes_transport._clock import monotonic
-from hermes_transport._loop_watchdog import loop_watchdog
-from hermes_transport._watchdog import watchdog
+from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
+from hermes_transport._core.clock import monotonic
+from hermes_transport._io import sockets as _sockets
+from hermes_transport._io.loop_watchdog import loop_watchdog
+from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
 if TYPE_CHECKING:

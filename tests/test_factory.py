@@ -18,7 +18,7 @@ from hermes_transport import (
     openai_client_for,
     stream_chat_completion,
 )
-from hermes_transport._factory import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
+from hermes_transport._transports.builder import SDK_MAX_CONNECTIONS, SDK_MAX_KEEPALIVE, profile_of
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import (

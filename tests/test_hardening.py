@@ -28,8 +28,8 @@ from hermes_transport import (
     StreamStalled,
     stream_chat_completion,
 )
-from hermes_transport._exchange import AFTER_DONE_SECONDS
-from hermes_transport._guard import Guard
+from hermes_transport._core.body import AFTER_DONE_SECONDS
+from hermes_transport._core.guard import Guard
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import PROMPT, Flavor, chat_body, interrupt_when, redirector

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hermes_transport._policy import MAX_SECONDS, StreamPolicy
+from hermes_transport._core.policy import MAX_SECONDS, StreamPolicy
 
 STALE = "HERMES_STREAM_STALE_TIMEOUT"
 FIRST = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"

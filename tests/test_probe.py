@@ -23,8 +23,9 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_transport import Interrupt, StreamPolicy, _probe
+from hermes_transport import Interrupt, StreamPolicy
 from hermes_transport.__main__ import main
+from hermes_transport.cli import probe as _probe
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import black_hole

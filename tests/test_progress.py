@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_transport._progress import ProgressMeter, is_event_stream, wants_stream
-from hermes_transport._sse import SSEScanner
+from hermes_transport._core.progress import ProgressMeter, is_event_stream, wants_stream
+from hermes_transport._core.sse import SSEScanner
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -27,7 +27,7 @@ needs_httpx2 = pytest.mark.skipif(httpx2 is None, reason="httpx2 is not installe
 @pytest.mark.parametrize(
     ("module", "modules"),
     [
-        (hermes_transport, {"testing", "httpx2"}),
+        (hermes_transport, {"testing", "httpx2", "cli"}),  # cli: the command line's own
         pytest.param(ht2, {"httpcore2", "httpx2"}, marks=needs_httpx2),
     ],
     ids=["hermes_transport", "hermes_transport.httpx2"],

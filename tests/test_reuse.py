@@ -17,7 +17,7 @@ from hermes_transport import (
     async_openai_client_for,
     openai_client_for,
 )
-from hermes_transport._exchange import DRAIN_BYTES, DRAIN_SECONDS
+from hermes_transport._core.body import DRAIN_BYTES, DRAIN_SECONDS
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body

@@ -24,7 +24,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
-from _support import OPENAI_MAJOR, Flavor
+from _support import Flavor
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

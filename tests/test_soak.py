@@ -48,8 +48,8 @@ import openai
 import pytest
 
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
-from hermes_transport._loop_watchdog import loop_watchdog
-from hermes_transport._watchdog import watchdog
+from hermes_transport._io.loop_watchdog import loop_watchdog
+from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body, open_fds

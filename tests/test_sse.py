@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_transport._sse import SSEScanner
+from hermes_transport._core.sse import SSEScanner
 
 BOM = b"\xef\xbb\xbf"
 ENDINGS = (b"\n", b"\r", b"\r\n")

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from hermes_transport._progress import ProgressMeter
-from hermes_transport._sse import _PREFIX, SSEScanner
+from hermes_transport._core.progress import ProgressMeter
+from hermes_transport._core.sse import _PREFIX, SSEScanner
 
 BOM = b"\xef\xbb\xbf"
 GZIP = zlib.MAX_WBITS | 16

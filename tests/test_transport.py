@@ -22,9 +22,10 @@ import httpx
 import pytest
 import respx
 
-import hermes_transport._transport as transport_module
+import hermes_transport._core.body as body_module
+import hermes_transport._transports.sync_shell as transport_module
 from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
-from hermes_transport._watchdog import watchdog
+from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import FLAVORS, ClientFactory, Flavor, chat_body, load_flavor
@@ -444,7 +445,7 @@ def test_held_bytes_are_capped_before_the_first_event(
             assert len(b"".join(r.iter_raw())) == 64 * len(filler)
     finally:
         transport_module.WatchedStream.await_first_event = original  # type: ignore[method-assign]
-    assert seen == [transport_module.HOLD_LIMIT]
+    assert seen == [body_module.HOLD_LIMIT]
 
 
 def test_a_huge_line_does_not_grow_memory(flavor: Flavor, watchdog_client: ClientFactory) -> None:
@@ -802,7 +803,7 @@ def test_a_streaming_request_answered_without_an_event_stream_is_not_timed(
 def test_the_libraries_private_helpers_are_found(flavor: Flavor) -> None:
     """The core's own sync stream (guarded connect and TLS) and the library's proxy reader are
     found on each installed flavor, so neither degrades silently on this release."""
-    from hermes_transport._flavor import flavor_named
+    from hermes_transport._flavors import flavor_named
 
     found = flavor_named(flavor.name)
     assert found.http is flavor.http

@@ -12,9 +12,10 @@ from typing import Any
 import anyio
 import pytest
 
-import hermes_transport._loop_watchdog as loop_watchdog_module
-from hermes_transport._loop_watchdog import loop_watchdog
-from hermes_transport._watchdog import MAX_WAIT, DeadlineHeap, Watchdog, bounded_wait
+import hermes_transport._io.loop_watchdog as loop_watchdog_module
+from hermes_transport._core.deadlines import MAX_WAIT, DeadlineHeap, bounded_wait
+from hermes_transport._io.loop_watchdog import loop_watchdog
+from hermes_transport._io.watchdog import Watchdog
 
 
 class Target:
@@ -205,7 +206,7 @@ def test_a_far_deadline_is_re_checked_when_a_bounded_sleep_ends(
     dog: Watchdog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When a bounded sleep ends before a far deadline, the watcher sleeps again instead of expiring it (never early)."""
-    monkeypatch.setattr("hermes_transport._watchdog.MAX_WAIT", 0.02)
+    monkeypatch.setattr("hermes_transport._core.deadlines.MAX_WAIT", 0.02)
     far = Target(time.monotonic() + 1e12)
     dog.arm(far)
     time.sleep(0.2)  # ten bounded sleeps

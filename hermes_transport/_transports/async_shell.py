@@ -1,8 +1,8 @@
-"""``AsyncWatchdogTransport``: the async httpx transport.
+"""``AsyncShell``: the async watchdog transport, for any flavor.
 
-The async twin of ``_transport``, sharing its decisions (``_exchange``): the
+The async twin of ``sync_shell``, sharing its decisions (``_core``): the
 same budgets, re-sends, gating and errors. Deadlines run on the event loop's
-own timers (``_loop_watchdog``); no thread is started.
+own timers (``_io.loop_watchdog``); no thread is started.
 
 How a kill reaches an attempt: while the attempt has a socket (from its first
 write, new or pooled connection), the socket is shut down, from whichever
@@ -10,8 +10,7 @@ thread fired, and the loop sees end-of-file at once. Before that (DNS,
 connecting, the TLS handshake, waiting for a pooled connection) the attempt
 runs inside a cancel scope, and the kill cancels it on the loop's thread.
 
-``AsyncWatchdog`` is the shell for any flavor (``_flavor``); the public
-classes only name their HTTP library.
+The public classes (``_flavors``) only name their HTTP library.
 """
 
 from __future__ import annotations
@@ -22,27 +21,24 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
-import httpx
 
-from ._async_backend import AsyncTrackingBackend
-from ._backend import Tracked
-from ._exchange import (
-    HOLD_LIMIT,
-    Attempt,
-    BodyWatch,
-    Exchange,
-    Fired,
-    Shell,
-    rebuilt,
-)
-from ._flavor import HTTPX, concrete
-from ._guard import Guard, current_guard
-from ._interrupt import Interrupt, bound_interrupts
-from ._loop_watchdog import LoopWatchdog, loop_watchdog
-from ._policy import StreamPolicy
-from ._progress import ProgressMeter
+from .._core.body import BodyWatch, rebuilt
+from .._core.exchange import Attempt, Exchange, GuardFired
+from .._core.flavor import concrete
+from .._core.guard import Guard, current_guard
+from .._core.interrupt import Interrupt, bound_interrupts
+from .._core.policy import StreamPolicy
+from .._core.progress import ProgressMeter
+from .._io.async_backend import AsyncTrackingBackend
+from .._io.backend import Tracked, reach_untracked
+from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
+from .shell import Shell
 
-__all__ = ["AsyncWatchdog", "AsyncWatchdogTransport"]
+__all__ = ["AsyncShell", "AsyncWatchedStream"]
+
+#: Bytes read (and dropped) after a kill to bring an inner async body to its
+#: end rather than abandon its generators mid-body (at most a socket buffer).
+READ_AFTER_KILL_LIMIT = 1024 * 1024
 
 
 class _CancelAttempt:
@@ -101,10 +97,10 @@ class AsyncWatchedStream(BodyWatch):
         if not self._drains:
             return False
         self._read_after_kill += len(chunk)
-        return self._read_after_kill <= HOLD_LIMIT
+        return self._read_after_kill <= READ_AFTER_KILL_LIMIT
 
     async def await_first_event(self) -> None:
-        """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
+        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes."""
         try:
             async for chunk in self._chunks:
                 if self._guard.fired is not None and self._draining(chunk):
@@ -189,10 +185,10 @@ class AsyncInner(Protocol):
 
 
 _AsyncInner = TypeVar("_AsyncInner", bound=AsyncInner)
-_Self = TypeVar("_Self", bound="AsyncWatchdog[Any]")
+_Self = TypeVar("_Self", bound="AsyncShell[Any]")
 
 
-class AsyncWatchdog(Shell[_AsyncInner]):
+class AsyncShell(Shell[_AsyncInner]):
     """The async transport of any flavor; subclasses name their HTTP library."""
 
     _inner_method = "handle_async_request"
@@ -256,7 +252,9 @@ class AsyncWatchdog(Shell[_AsyncInner]):
                 try:
                     response = await self._inner.handle_async_request(request)
                     try:
-                        meter = exchange.meter_for(response, guard, self._sockets_reachable)
+                        meter = exchange.meter_for(response, guard)
+                        if not self._sockets_reachable:
+                            reach_untracked(response, guard)
                         body = concrete(AsyncWatchedStream, self._flavor.http.AsyncByteStream)
                         stream = body(
                             response.stream,
@@ -276,7 +274,7 @@ class AsyncWatchdog(Shell[_AsyncInner]):
                     fallback.active = False
                     guard.set_fallback(None)
             if scope.cancelled_caught:
-                raise Fired
+                raise GuardFired
         except BaseException:
             if stream is not None:
                 await stream.aclose()
@@ -308,38 +306,3 @@ class AsyncWatchdog(Shell[_AsyncInner]):
             await exit_(exc_type, exc_value, traceback)
         else:
             await self._inner.aclose()
-
-
-class AsyncWatchdogTransport(AsyncWatchdog[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
-    """An async httpx transport that kills hung SSE streams and re-sends early stalls.
-
-    The async twin of ``WatchdogTransport``, with the same arguments, policy,
-    gating, re-sends and errors; see its docstring. It runs on asyncio or trio
-    with no thread: deadlines are timers of the running loop. An
-    ``Interrupt`` may be fired from any thread or from the loop itself.
-
-    Ordinary cancellation (``task.cancel()``, ``asyncio.timeout``, a cancel
-    scope) stays ordinary: the usual ``CancelledError`` or timeout, with the
-    connection closed and nothing left armed.
-
-    Limits: HTTP/2 is refused. With an inner transport whose sockets cannot
-    be reached (mocks, custom transports), a stall or interrupt before the
-    first event cancels the request; after it, a stall is noticed only when
-    the next bytes arrive.
-    """
-
-    _flavor = HTTPX
-
-    def __init__(
-        self,
-        inner: httpx.AsyncBaseTransport | None = None,
-        *,
-        policy: StreamPolicy | None = None,
-        interrupt: Interrupt | None = None,
-        **http_transport_kwargs: Any,
-    ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response: httpx.Response = await self._handle(request)
-        return response

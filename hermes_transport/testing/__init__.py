@@ -58,7 +58,7 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._messages_wire import (
+from .messages import (
     MESSAGES_PATH,
     messages_completion,
     messages_error,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ._guard import Guard
+from .guard import Guard
 
 __all__ = ["Interrupt", "bound_interrupts"]
 

@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
-from ._clock import monotonic
+from .clock import monotonic
 
 if TYPE_CHECKING:
-    from ._interrupt import Interrupt
+    from .interrupt import Interrupt
 
 __all__ = ["FiredKind", "Guard", "Killable", "current_guard"]
 

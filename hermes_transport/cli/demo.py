@@ -8,10 +8,10 @@ from typing import Any, TextIO
 
 import openai
 
-from ._errors import StreamInterrupted, StreamStalled
-from ._factory import client_factory
-from ._policy import StreamPolicy
-from .testing import FaultServer, Scenario
+from .._core.errors import StreamInterrupted, StreamStalled
+from .._core.policy import StreamPolicy
+from .._sdk.clients import clients_for
+from ..testing import FaultServer, Scenario
 
 __all__ = ["run_demo"]
 
@@ -94,7 +94,7 @@ def run_demo(out: TextIO) -> int:
 
     Both clients are of the HTTP library the installed openai uses natively.
     """
-    clients = client_factory(None)
+    clients = clients_for(None)
     http = clients.flavor.http
     policy = StreamPolicy(stale_timeout=BUDGET, first_event_timeout=BUDGET, retries=1)
     demo_started = time.monotonic()

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
-from ._sse import SSEScanner
+from .sse import SSEScanner
 
 __all__ = ["ProgressMeter", "is_event_stream", "wants_stream"]
 

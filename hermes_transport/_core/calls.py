@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ._errors import StreamStalled
+from .errors import StreamStalled
 
 __all__ = ["Call", "bind_call", "call_for_request", "under_runner"]
 

@@ -1,13 +1,10 @@
-"""``WatchdogTransport``: the sync httpx transport.
+"""``SyncShell``: the sync watchdog transport, for any flavor.
 
-A thin shell: it wires the progress meter, the process-wide watchdog and the
-attempt's guard around an inner transport, with the decisions shared with the
-async transport in ``_exchange``. Requests and stream reads run on the
-caller's thread; the only other thread is the shared watchdog.
-
-``SyncWatchdog`` is the shell for any flavor (``_flavor``); the public
-classes only name their HTTP library: ``WatchdogTransport`` here, and its
-httpx2 twin in ``hermes_transport.httpx2``.
+A thin shell: it wires the progress meter, the process-wide watchdog thread
+and the attempt's guard around an inner transport, with the decisions shared
+with the async shell in ``_core`` (``Exchange``, ``BodyWatch``). Requests and
+stream reads run on the caller's thread; the only other thread is the shared
+watchdog. The public classes (``_flavors``) only name their HTTP library.
 """
 
 from __future__ import annotations
@@ -17,25 +14,18 @@ from collections.abc import Generator, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-import httpx
+from .._core.body import BodyWatch, rebuilt
+from .._core.exchange import Attempt, Exchange
+from .._core.flavor import concrete
+from .._core.guard import Guard, current_guard
+from .._core.interrupt import Interrupt, bound_interrupts
+from .._core.policy import StreamPolicy
+from .._core.progress import ProgressMeter
+from .._io.backend import TrackingBackend, reach_untracked
+from .._io.watchdog import watchdog
+from .shell import Shell
 
-from ._backend import TrackingBackend
-from ._exchange import (
-    HOLD_LIMIT,
-    Attempt,
-    BodyWatch,
-    Exchange,
-    Shell,
-    rebuilt,
-)
-from ._flavor import HTTPX, concrete
-from ._guard import Guard, current_guard
-from ._interrupt import Interrupt, bound_interrupts
-from ._policy import StreamPolicy
-from ._progress import ProgressMeter
-from ._watchdog import watchdog
-
-__all__ = ["HOLD_LIMIT", "SyncWatchdog", "WatchdogTransport"]
+__all__ = ["SyncShell", "WatchedStream"]
 
 
 class WatchedStream(BodyWatch):
@@ -61,7 +51,7 @@ class WatchedStream(BodyWatch):
         self._closed = False
 
     def await_first_event(self) -> None:
-        """Read and hold chunks until the first progress event, the end, or ``HOLD_LIMIT``."""
+        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes."""
         try:
             for chunk in self._chunks:
                 if self._hold(chunk):
@@ -139,10 +129,10 @@ class SyncInner(Protocol):
 
 
 _SyncInner = TypeVar("_SyncInner", bound=SyncInner)
-_Self = TypeVar("_Self", bound="SyncWatchdog[Any]")
+_Self = TypeVar("_Self", bound="SyncShell[Any]")
 
 
-class SyncWatchdog(Shell[_SyncInner]):
+class SyncShell(Shell[_SyncInner]):
     """The sync transport of any flavor; subclasses name their HTTP library."""
 
     _inner_method = "handle_request"
@@ -192,7 +182,9 @@ class SyncWatchdog(Shell[_SyncInner]):
         finally:
             current_guard.reset(context)
         try:
-            meter = exchange.meter_for(response, guard, self._sockets_reachable)
+            meter = exchange.meter_for(response, guard)
+            if not self._sockets_reachable:
+                reach_untracked(response, guard)
             body = concrete(WatchedStream, self._flavor.http.SyncByteStream)
             stream = body(response.stream, guard, attempt, meter, self._policy.stale_budget)
         except BaseException:
@@ -228,45 +220,3 @@ class SyncWatchdog(Shell[_SyncInner]):
             exit_(exc_type, exc_value, traceback)
         else:
             self._inner.close()
-
-
-class WatchdogTransport(SyncWatchdog[httpx.BaseTransport], httpx.BaseTransport):
-    """An httpx transport that kills hung SSE streams and re-sends early stalls.
-
-    ``inner`` is the transport that does the HTTP; by default an
-    ``httpx.HTTPTransport`` built from ``http_transport_kwargs`` (``verify``,
-    ``cert``, ``trust_env``, ``limits``, ``proxy``, ``socket_options``, ...):
-    httpx ignores a client's TLS and connection settings once a transport is
-    given, so they belong here. ``policy`` defaults to
-    ``StreamPolicy.from_env()``.
-
-    Streaming requests (a JSON body with ``"stream": true``, or
-    ``Accept: text/event-stream``) are held in ``handle_request`` until their
-    first progress event, so a stall before it is re-sent up to
-    ``policy.retries`` times before ``StreamStalled`` is raised. Note that the
-    openai SDK's own retry loop (``max_retries``) retries that error again, on
-    top of these re-sends. After the first event, a stream with no progress for
-    ``policy.stale_timeout`` seconds is cut and its reader raises
-    ``StreamStalled``.
-
-    Limits: HTTP/2 is refused (one socket carries many streams). With an inner
-    transport whose sockets cannot be reached before headers (mocks, custom
-    transports), a stall while waiting for headers is noticed only when the
-    response arrives, and a mid-stream stall when the next bytes arrive.
-    """
-
-    _flavor = HTTPX
-
-    def __init__(
-        self,
-        inner: httpx.BaseTransport | None = None,
-        *,
-        policy: StreamPolicy | None = None,
-        interrupt: Interrupt | None = None,
-        **http_transport_kwargs: Any,
-    ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response: httpx.Response = self._handle(request)
-        return response

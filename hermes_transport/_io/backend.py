@@ -17,17 +17,18 @@ from typing import Any
 
 import httpcore
 
-from ._flavor import Flavor
-from ._guard import Guard, current_guard
-from ._sockets import shutdown_socket, socket_has_input
+from .._core.flavor import Flavor
+from .._core.guard import Guard, current_guard
+from .connect import connect_guarded, handshake_guarded
+from .sockets import shutdown_socket, socket_has_input
 
 __all__ = [
     "Tracked",
     "Tracking",
     "TrackingBackend",
     "TrackingStream",
+    "reach_untracked",
     "refuse_http2",
-    "shutdown_socket",
     "track_sockets",
 ]
 
@@ -159,106 +160,10 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
             tls = self._inner.start_tls(ssl_context, server_hostname, timeout)
             return TrackingStream(tls, flavor)
         guard.stage = "connecting"
-        tls_sock = _handshake_guarded(
+        tls_sock = handshake_guarded(
             guard, sock, ssl_context, server_hostname, timeout, flavor.core
         )
         return TrackingStream(sync_stream(tls_sock), flavor)
-
-
-class _Connecting:
-    """Kill switch for a socket that is still connecting: shutdown aborts connect()."""
-
-    __slots__ = ("_sock",)
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def kill(self) -> bool:
-        return shutdown_socket(self._sock)
-
-
-def _connect_guarded(
-    guard: Guard,
-    host: str,
-    port: int,
-    timeout: float | None,
-    local_address: str | None,
-    socket_options: Iterable[Any] | None,
-    core: Any,
-) -> socket.socket:
-    """``socket.create_connection`` as httpcore's SyncBackend uses it, but with each
-    socket attached to the guard while it connects, so an interrupt aborts it."""
-    error: OSError | None = None
-    try:
-        # Name resolution cannot be interrupted; it is bounded by the resolver.
-        addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-    except OSError as exc:
-        raise core.ConnectError(str(exc)) from exc
-    for family, kind, proto, _, address in addresses:
-        sock = socket.socket(family, kind, proto)
-        connecting = _Connecting(sock)
-        guard.attach(connecting)
-        try:
-            sock.settimeout(timeout)
-            if local_address is not None:
-                sock.bind((local_address, 0))
-            sock.connect(address)
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except BaseException as exc:
-            guard.detach(connecting)  # before close: see the invariants in _guard
-            sock.close()
-            if isinstance(exc, socket.timeout):
-                raise core.ConnectTimeout(str(exc)) from exc
-            if not isinstance(exc, OSError):
-                raise  # KeyboardInterrupt and the like: the socket is closed, nothing else
-            error = exc
-            if guard.fired is not None:
-                break
-            continue
-        guard.detach(connecting)
-        guard.stage = "sending"
-        return sock
-    raise core.ConnectError(str(error or f"no address found for {host!r}")) from error
-
-
-def _handshake_guarded(
-    guard: Guard,
-    sock: socket.socket,
-    ssl_context: ssl.SSLContext,
-    server_hostname: str | None,
-    timeout: float | None,
-    core: Any,
-) -> ssl.SSLSocket:
-    """The TLS handshake of httpcore's SyncStream.start_tls, reachable by the guard.
-
-    ``wrap_socket`` moves the file descriptor into a new SSLSocket object (the
-    plain one is left empty), so the guard must hold that new object while the
-    handshake runs; hence the handshake is not done inside ``wrap_socket``.
-    """
-    try:
-        sock.settimeout(timeout)
-        tls = ssl_context.wrap_socket(
-            sock, server_hostname=server_hostname, do_handshake_on_connect=False
-        )
-    except OSError as exc:
-        sock.close()
-        raise core.ConnectError(str(exc)) from exc
-    handshaking = _Connecting(tls)
-    guard.attach(handshaking)  # kills at once if the guard fired meanwhile
-    try:
-        tls.do_handshake()
-    except BaseException as exc:
-        guard.detach(handshaking)  # before close: see the invariants in _guard
-        tls.close()
-        if isinstance(exc, socket.timeout):
-            raise core.ConnectTimeout(str(exc)) from exc
-        if not isinstance(exc, OSError):
-            raise
-        raise core.ConnectError(str(exc)) from exc
-    guard.detach(handshaking)
-    return tls
 
 
 class Tracking:
@@ -292,7 +197,7 @@ class TrackingBackend(Tracking, httpcore.NetworkBackend):
             stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
             return TrackingStream(stream, flavor)
         guard.stage = "connecting"
-        sock = _connect_guarded(
+        sock = connect_guarded(
             guard, host, port, timeout, local_address, socket_options, flavor.core
         )
         return TrackingStream(sync_stream(sock), flavor)
@@ -332,3 +237,35 @@ def track_sockets(
     if not isinstance(backend, Tracking):
         pool._network_backend = tracking_backend(backend)
     return True
+
+
+class _ForeignConnection:
+    """Kill switch for a socket found in ``network_stream`` of an untracked transport."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def kill(self) -> bool:
+        return shutdown_socket(self._stream.get_extra_info("socket"))
+
+    def caller_behind(self) -> bool:
+        return socket_has_input(self._stream.get_extra_info("socket"))
+
+
+def reach_untracked(response: Any, guard: Guard) -> None:
+    """Let ``guard`` reach the socket of a response from an untracked inner transport.
+
+    Found in the response's ``network_stream`` extension, if it has one. One
+    HTTP/2 socket carries sibling streams: shutting it down to stop this one
+    would kill them too, so such a body is stopped when its next bytes arrive
+    (or by its read timeout) instead.
+    """
+    network_stream = response.extensions.get("network_stream")
+    if (
+        network_stream is not None
+        and not isinstance(network_stream, Tracked)
+        and response.extensions.get("http_version") != b"HTTP/2"
+    ):
+        guard.attach(_ForeignConnection(network_stream))

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import httpcore
 
-from ._backend import Tracked, Tracking
-from ._guard import Guard, current_guard
+from .._core.guard import Guard, current_guard
+from .backend import Tracked, Tracking
 
 __all__ = ["AsyncTrackingBackend", "AsyncTrackingStream"]
 

@@ -28,8 +28,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._clock import monotonic
-from ._watchdog import DeadlineHeap, Target, bounded_wait, expire_all
+from .._core.clock import monotonic
+from .._core.deadlines import DeadlineHeap, Target, bounded_wait, expire_all
 
 __all__ = ["LoopWatchdog", "loop_watchdog"]
 

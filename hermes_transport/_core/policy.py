@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ._sse import MAX_EVENT_TYPE
+from .sse import MAX_EVENT_TYPE
 
 __all__ = ["StreamPolicy"]
 

@@ -7,8 +7,9 @@ exceptions. A ``Flavor`` names one library's modules and the few things that
 differ; the shells look every library name up through it, so the logic
 exists once. The pure parts (scanner, watchdog, guard) never see a flavor.
 
-This is the only module that knows how to find the flavors; httpx2 is
-optional and imported only when its flavor is asked for.
+The flavors themselves live in ``_flavors`` (one module per library), which
+also knows how to find them; httpx2 is optional and imported only when its
+flavor is asked for.
 """
 
 from __future__ import annotations
@@ -22,20 +23,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
-import httpcore
-import httpx
-
-from ._errors import StreamStalled
+from .errors import StreamStalled
 
 __all__ = [
-    "HTTPX",
+    "FLAVOR_NAMES",
     "Flavor",
     "FlavorName",
     "concrete",
-    "flavor_named",
     "import_helpers",
     "library_of",
-    "native_flavor",
     "runs_on",
 ]
 
@@ -90,37 +86,6 @@ def import_helpers(*modules: str) -> None:
     for module in modules:
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
-
-
-import_helpers("httpcore._backends.sync", "httpx._utils")
-HTTPX = Flavor.of("httpx", httpx, httpcore, StreamStalled)
-
-
-def flavor_named(name: object) -> Flavor:
-    """The flavor called ``name``; httpx2's needs httpx2 installed (a clear ImportError if not)."""
-    if name == "httpx":
-        return HTTPX
-    if name == "httpx2":
-        from .httpx2 import _FLAVOR
-
-        return _FLAVOR
-    raise ValueError(
-        f"flavor must be one of {', '.join(map(repr, FLAVOR_NAMES))} or None, got {name!r}"
-    )
-
-
-def native_flavor() -> FlavorName:
-    """The HTTP library the installed openai SDK builds its own clients on.
-
-    openai 3.x builds ``httpx2`` clients (a plain ``httpx.Client`` is its
-    legacy path); earlier majors build ``httpx`` ones.
-    """
-    import openai
-
-    native = getattr(openai, "DefaultHttpxClient", None)
-    if isinstance(native, type) and issubclass(native, httpx.Client):
-        return "httpx"
-    return "httpx2"
 
 
 def library_of(transport: object) -> FlavorName | None:

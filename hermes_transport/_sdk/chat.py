@@ -22,11 +22,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ._calls import Call, bind_call
-from ._errors import Handoff, StreamInterrupted, StreamStalled
-from ._factory import flavor_of, profile_of, transport_policy
-from ._interrupt import Interrupt
-from ._policy import StreamPolicy
+from .._core.calls import Call, bind_call
+from .._core.errors import Handoff, StreamInterrupted, StreamStalled
+from .._core.interrupt import Interrupt
+from .._core.policy import StreamPolicy
+from .._flavors import flavor_named
+from .._transports.builder import flavor_of, profile_of, transport_policy
 
 if TYPE_CHECKING:
     import openai
@@ -190,7 +191,7 @@ class _Run:
     def result(self) -> ChatCompletion:
         if not self.chunks:
             # The HTTP library's own protocol error, as for any other broken stream.
-            http = flavor_of(getattr(self.job.client, "_client", None)).http
+            http = flavor_of(getattr(self.job.client, "_client", None), flavor_named("httpx")).http
             raise http.RemoteProtocolError("the stream ended without a single chunk")
         return _assembled(self.state)
 

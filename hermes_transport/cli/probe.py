@@ -37,12 +37,13 @@ from typing import Any, TextIO
 
 import httpx
 
-from ._errors import StreamInterrupted, StreamStalled
-from ._exchange import STAGE_NAMES
-from ._factory import BUDGET_MARGIN, http_client_for
-from ._interrupt import Interrupt
-from ._policy import StreamPolicy
-from .testing import FaultServer, Scenario
+from .._core.errors import StreamInterrupted, StreamStalled
+from .._core.interrupt import Interrupt
+from .._core.policy import StreamPolicy
+from .._core.stages import words_for
+from .._flavors.httpx import http_client_for
+from .._transports.builder import BUDGET_MARGIN
+from ..testing import FaultServer, Scenario
 
 __all__ = ["SCENARIOS", "ProbeOptions", "add_arguments", "options_from", "probe", "run"]
 
@@ -870,7 +871,7 @@ def _interrupted(exc: BaseException, timeline: Timeline) -> Verdict:
     if stage == "before_sending":
         where = " before sending"
     else:
-        where = f" while {STAGE_NAMES.get(stage, stage)}" if stage else ""
+        where = f" while {words_for(stage)}" if stage else ""
     at = timeline.ended("interrupted", f"interrupted{where}: {reason}", reason=reason, stage=stage)
     return Verdict(
         "interrupted",

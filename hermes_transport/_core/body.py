@@ -1,0 +1,212 @@
+"""One response body's watch: the per-stream state and the per-chunk step.
+
+``BodyWatch`` is what the sync and async watched streams build on: holding
+the bytes before the first event, the stale deadline after it, the drain
+after ``[DONE]``, and the error a killed body raises. The hot path is
+``_saw``: one attribute read and one scan per chunk, and on progress a clock
+read and one attribute write. No I/O here: the streams in ``_transports`` read.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, TypeVar
+
+import httpx
+
+from .clock import monotonic
+from .errors import StreamStalled
+from .exchange import Arm, Attempt, GuardFired, mapped_error
+from .guard import Guard
+from .progress import ProgressMeter
+
+__all__ = [
+    "AFTER_DONE_SECONDS",
+    "DRAIN_BYTES",
+    "DRAIN_SECONDS",
+    "HOLD_LIMIT",
+    "BodyWatch",
+    "rebuilt",
+]
+
+logger = logging.getLogger("hermes_transport")
+
+#: Bytes of a streaming response held back while waiting for its first event.
+#: Past this the response is handed up as if the first event had arrived.
+HOLD_LIMIT = 1024 * 1024
+
+#: A stream closed after ``data: [DONE]`` but before its end (the openai SDK
+#: does that) is read on to its end, so that its connection goes back to the
+#: pool, if the rest comes within these bounds; otherwise it is closed.
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 0.05
+#: A caller that reads on after ``data: [DONE]`` (openai 1.x does) waits at
+#: most this long for the body's end; then the body ends there, cleanly, and
+#: its connection is closed: the answer was complete at ``[DONE]``.
+AFTER_DONE_SECONDS = 0.5
+
+
+class BodyWatch:
+    """The watched state of one response body; the sync and async streams build on it.
+
+    Owner-thread state except ``guard``, which the watchdog and interrupt
+    tokens read under its lock.
+    """
+
+    def __init__(
+        self,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        arm: Arm,
+    ) -> None:
+        self._guard = guard
+        self._attempt = attempt
+        self._meter = meter
+        self._stale = stale
+        self._arm = arm
+        self._armed = False  # the stale deadline is in the watchdog's heap
+        self._held: list[bytes] = []
+        self._held_size = 0
+        self._complete = False  # the inner body was read to its end
+        self._drained_size = 0  # read after [DONE] when the caller closed early
+        self._broken: Exception | None = None  # see _broke_early
+        guard.stage = "first_event" if meter is not None else "body"
+        if meter is None:
+            # Not an event stream: it has answered, and its body is not watched
+            # for progress (only interrupts reach it).
+            guard.deadline = None
+        # Closes the guard once: on close, or when a response dropped unclosed
+        # is collected (which also runs any close deferred on the guard).
+        self._release_guard = weakref.finalize(self, guard.close)
+
+    def _hold(self, chunk: bytes) -> bool:
+        """Hold a chunk read before the first event; whether holding is over."""
+        if self._guard.fired is not None:
+            raise GuardFired
+        self._held.append(chunk)
+        self._held_size += len(chunk)
+        assert self._meter is not None
+        if self._meter.feed(chunk) or self._held_size >= HOLD_LIMIT:
+            self._progressed()
+            return True
+        return False
+
+    def _broke_early(self, exc: Exception) -> bool:
+        """Whether to keep ``exc``, raised by the body before its first event, for later.
+
+        A stall or interrupt (the guard fired) is raised from the request,
+        where a stall can be re-sent. Any other failure came from a server that
+        answered: plain httpx would raise it from the caller's first read, and
+        the SDK would not send the request again; so it is raised there, after
+        the bytes held so far.
+        """
+        if self._guard.fired is not None:
+            return False
+        self._broken = exc
+        self._guard.deadline = None  # nothing more to wait for
+        return True
+
+    def _take_held(self) -> list[bytes]:
+        held, self._held = self._held, []
+        return held
+
+    def _raise_if_broken(self) -> None:
+        """After the held bytes: the failure ``_broke_early`` kept, if any."""
+        broken, self._broken = self._broken, None
+        if broken is not None:
+            raise broken
+
+    def _ended(self) -> None:
+        """The inner body ended."""
+        self._complete = True
+        if self._guard.fired is not None:
+            raise GuardFired  # a close-delimited body "ends" when its socket is shut down
+
+    def _start_drain(self) -> bool:
+        """At close: whether to read the rest of the body so its connection can be pooled.
+
+        Only after ``[DONE]``, and only for ``DRAIN_SECONDS``: the guard's
+        deadline bounds it (a kill shuts the socket down, and the connection
+        is then closed rather than pooled).
+        """
+        meter, guard = self._meter, self._guard
+        if self._complete or meter is None or not meter.done or guard.fired is not None:
+            return False
+        guard.stage = "draining"
+        guard.deadline = monotonic() + DRAIN_SECONDS
+        self._arm(guard)
+        return True
+
+    def _drained(self, chunk: bytes) -> bool:
+        """Count a drained chunk; whether the drain may go on."""
+        self._drained_size += len(chunk)
+        return self._drained_size <= DRAIN_BYTES and self._guard.fired is None
+
+    def _progressed(self) -> None:
+        guard, meter = self._guard, self._meter
+        if meter is not None and meter.done:
+            # Complete at [DONE]: only the end of the body is left, and a caller
+            # that reads on (openai 1.x) waits for it at most AFTER_DONE_SECONDS.
+            guard.stage = "after_done"
+            guard.deadline = None if self._complete else monotonic() + AFTER_DONE_SECONDS
+            self._arm(guard)  # earlier than the stale deadline: pushed, not moved
+            return
+        guard.stage = "mid_stream"
+        if self._stale is None:
+            guard.deadline = None
+            return
+        guard.deadline = monotonic() + self._stale
+        if not self._armed:
+            # Once per attempt: the stale deadline may be earlier than the
+            # first-event one the heap holds, so it must be pushed, not lazily moved.
+            self._armed = True
+            self._arm(guard)
+
+    def _saw(self, chunk: bytes) -> None:
+        """The per-chunk step: one scan, and on progress a clock read and an attribute write."""
+        if self._guard.fired is not None:
+            raise GuardFired
+        meter = self._meter
+        if meter is not None and meter.feed(chunk):
+            if self._armed and not meter.done:
+                self._guard.deadline = monotonic() + self._stale  # type: ignore[operator]
+            else:
+                self._progressed()
+
+    def _cut_after_done(self) -> bool:
+        """Whether the body was cut only because its end did not follow ``[DONE]`` in time:
+        then it ends there, cleanly (its connection is closed, not pooled)."""
+        guard = self._guard
+        return guard.fired == "stalled" and guard.fired_stage == "after_done"
+
+    def _failure(self, exc: BaseException) -> Exception | None:
+        """The error to raise instead of ``exc`` (the body is already closed), if any."""
+        meter = self._meter
+        error = mapped_error(
+            self._guard,
+            self._attempt,
+            self._stale,
+            meter.events if meter is not None else 0,
+            exc,
+            in_body=True,
+        )
+        if isinstance(error, StreamStalled):
+            attempt = self._attempt
+            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
+        return error
+
+
+_Response = TypeVar("_Response", bound=httpx.Response)
+
+
+def rebuilt(response: _Response, stream: Any) -> _Response:
+    """``response`` itself, with its body stream replaced by the watched one.
+
+    Nothing else changes: the caller gets the inner transport's own object,
+    with its class, ``request``, ``extensions`` and any state it already had.
+    """
+    response.stream = stream
+    return response

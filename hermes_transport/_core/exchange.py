@@ -1,0 +1,255 @@
+"""One request's attempts: budgets, re-sends, and the error a killed attempt raises.
+
+``Exchange`` is what the sync and async shells share for one
+``handle_request``: it decides the first-event budget, whether a stalled
+attempt is sent again, and which error the caller sees. ``Attempt`` is what
+one attempt needs to say what happened to it; ``mapped_error`` is the one
+place where a killed connection's error becomes ours. Nothing here does I/O,
+sleeps or awaits: the shells in ``_transports`` do, and the guard's kill
+switches in ``_io`` reach the sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from .calls import Call, call_for_request, under_runner
+from .clock import monotonic
+from .errors import (
+    StreamInterrupted,
+    StreamStalled,
+    for_caller,
+    interrupted_before_response,
+)
+from .flavor import Flavor
+from .guard import Guard
+from .interrupt import Interrupt
+from .policy import StreamPolicy
+from .progress import ProgressMeter, is_event_stream, wants_stream
+from .stages import words_for
+
+__all__ = ["Arm", "Attempt", "Exchange", "GuardFired", "mapped_error"]
+
+logger = logging.getLogger("hermes_transport")
+
+#: How a shell hands a guard to its watchdog (thread or loop) to be watched.
+Arm = Callable[[Guard], None]
+
+
+class GuardFired(Exception):
+    """The guard fired while no I/O error said so (no socket to shut down)."""
+
+
+class Attempt:
+    """What one attempt needs to say what happened to it."""
+
+    __slots__ = ("budget", "dead", "flavor", "number", "request", "started", "url")
+
+    def __init__(
+        self, request: httpx.Request, flavor: Flavor, number: int, budget: float | None
+    ) -> None:
+        self.request = request
+        self.flavor = flavor
+        # What a dead connection raises: the flavor's transport errors, a
+        # socket's, and ours when a guard fired with no socket to shut down.
+        self.dead: tuple[type[Exception], ...] = (flavor.http.TransportError, OSError, GuardFired)
+        self.number = number  # of the logical call, SDK retries and runner re-sends included
+        self.budget = budget
+        self.started = monotonic()
+        # Never log a query string: some providers put API keys there.
+        url = request.url
+        self.url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+
+
+def mapped_error(
+    guard: Guard,
+    attempt: Attempt,
+    stale: float | None,
+    events: int,
+    exc: BaseException,
+    *,
+    in_body: bool,
+) -> Exception | None:
+    """The error to raise for ``exc`` if the guard killed the attempt, else ``None``.
+
+    The one place where a killed connection's httpx error becomes ours.
+    ``in_body``: raised while the caller reads the body, not in ``handle_request``.
+    """
+    if guard.fired is None or not isinstance(exc, attempt.dead):
+        return None
+    elapsed = monotonic() - attempt.started
+    stage = guard.fired_stage or guard.stage
+    if guard.fired == "closed":
+        # What httpx raises when a closed response is read: the truth, here too.
+        closed: Exception = attempt.flavor.http.StreamClosed()
+        return closed
+    if guard.fired == "interrupted":
+        reason = guard.reason or "interrupted"
+        logger.info(
+            "%s %s interrupted while %s, %.3f s into the attempt: %s",
+            attempt.request.method,
+            attempt.url,
+            words_for(stage),
+            elapsed,
+            reason,
+        )
+        if in_body:
+            return StreamInterrupted(reason, stage=stage)
+        return interrupted_before_response(reason, stage=stage)
+    if stage == "mid_stream":
+        assert stale is not None
+        return attempt.flavor.stalled(
+            f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
+            f" {elapsed:.2f} s into attempt {attempt.number}",
+            request=attempt.request,
+            stage="mid_stream",
+            budget=stale,
+            elapsed=elapsed,
+            attempts=attempt.number,
+        )
+    assert attempt.budget is not None
+    return attempt.flavor.stalled(
+        f"stream stalled: no first event within {attempt.budget:g} s"
+        f" ({words_for(stage)}) on attempt {attempt.number}",
+        request=attempt.request,
+        stage="first_event",
+        budget=attempt.budget,
+        elapsed=elapsed,
+        attempts=attempt.number,
+    )
+
+
+class Exchange:
+    """The attempts of one ``handle_request``: budgets, re-sends, and their errors.
+
+    The shell loops: ``begin()`` an attempt, send it, and on an exception ask
+    ``failed()`` whether to send again (``None``) or what to raise.
+    """
+
+    __slots__ = (
+        "_budget",
+        "_call",
+        "_flavor",
+        "_handoff",
+        "_policy",
+        "_replayable",
+        "_request",
+        "_tokens",
+    )
+
+    def __init__(
+        self,
+        request: httpx.Request,
+        flavor: Flavor,
+        policy: StreamPolicy,
+        own_interrupt: Interrupt | None,
+        bound: Sequence[Interrupt],
+    ) -> None:
+        self._request = request
+        self._flavor = flavor
+        self._policy = policy
+        # A ByteStream is bytes in memory: replayable, and readable without
+        # consuming anything. (A request httpx rebuilt for a 307/308 redirect
+        # carries the original ByteStream but has no `content` of its own.)
+        stream = request.stream
+        self._replayable = isinstance(stream, flavor.http.ByteStream)
+        streaming = wants_stream(
+            request.headers.get("accept", ""),
+            request.headers.get("content-type", ""),
+            b"".join(stream) if self._replayable else None,  # type: ignore[arg-type]
+        )
+        self._budget = policy.first_event_budget if streaming else None
+        self._call: Call | None = (
+            call_for_request(request.headers, policy.retries) if self._budget is not None else None
+        )
+        self._handoff = under_runner()
+        if self._call is not None and self._call.exhausted_by_stalls():
+            # An SDK retry of a stream whose re-sends are spent: fail at once, offline.
+            assert self._call.last_stall is not None
+            raise for_caller(self._call.last_stall, handoff=self._handoff)
+        self._tokens = (*bound, own_interrupt) if own_interrupt is not None else tuple(bound)
+
+    @property
+    def gated(self) -> bool:
+        """Whether the response is held back until its first progress event."""
+        return self._budget is not None
+
+    def begin(self, arm: Arm, sockets_reachable: bool) -> tuple[Guard, Attempt]:
+        """A new attempt with its guard bound to the interrupt tokens; raises if one fired.
+
+        The first-event budget runs from when the attempt gets its connection
+        where the guard can see that (``sockets_reachable``: the shell tracks
+        its inner transport's connections), else from now. The guard's deadline
+        is set or put off; the shell arms it with ``arm`` either way.
+        """
+        call, request = self._call, self._request
+        number = call.start_attempt() if call is not None else 1
+        attempt = Attempt(request, self._flavor, number, self._budget)
+        guard = Guard()
+        if not guard.bind(self._tokens):
+            reason = guard.reason or "interrupted"
+            logger.info(
+                "%s %s not sent: already interrupted: %s", request.method, attempt.url, reason
+            )
+            raise for_caller(
+                interrupted_before_response(reason, stage="before_sending"),
+                handoff=self._handoff,
+            )
+        if self._budget is not None:
+            if sockets_reachable:
+                guard.stage = "pool"
+                guard.budget_from_connection(self._budget, arm)
+            else:
+                guard.deadline = attempt.started + self._budget
+        return guard, attempt
+
+    def succeeded(self) -> None:
+        if self._call is not None:
+            self._call.last_stall = None
+
+    def failed(self, guard: Guard, attempt: Attempt, exc: BaseException) -> BaseException | None:
+        """After the attempt raised ``exc`` (its guard closed): ``None`` to send it again,
+        else the exception to raise (``exc`` itself when the guard did not kill it)."""
+        request = self._request
+        error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
+        if error is None:
+            return exc
+        if isinstance(error, StreamInterrupted):
+            if self._handoff:
+                error.__cause__ = exc  # kept when the runner unwraps the handoff
+            return for_caller(error, handoff=self._handoff)
+        if not isinstance(error, StreamStalled):
+            return error
+        call = self._call
+        assert call is not None
+        call.last_stall = error
+        if self._replayable and call.take_resend():
+            logger.warning(
+                "%s %s: %s; re-sending; that connection is closed (%d re-send(s) left)",
+                request.method,
+                attempt.url,
+                error,
+                call.resends_left,
+            )
+            return None
+        logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
+        error.__cause__ = exc  # kept when the runner unwraps a handoff
+        return for_caller(error, handoff=self._handoff)
+
+    def meter_for(self, response: httpx.Response, guard: Guard) -> ProgressMeter | None:
+        """The progress meter of a response just received (``None``: not an event stream).
+
+        Raises ``GuardFired`` if the guard fired meanwhile.
+        """
+        if guard.fired is not None:
+            raise GuardFired
+        if is_event_stream(response.status_code, response.headers.get("content-type", "")):
+            return ProgressMeter(
+                response.headers.get("content-encoding", ""), self._policy.heartbeat_events
+            )
+        # Not watched for progress, but interruptible, and the guard keeps the
+        # socket from being closed under the body by another thread.
+        return None

@@ -1,0 +1,110 @@
+"""What the sync and async shells share: settings checks, and the inner transport.
+
+``check_settings`` validates a transport's constructor arguments with errors
+that name the culprit; ``Shell`` holds the inner transport, the policy and
+the transport's own interrupt, and lets guards reach the inner transport's
+sockets (``_io.backend.track_sockets``) when it is the flavor's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar
+
+from .._core.flavor import Flavor, library_of, runs_on
+from .._core.interrupt import Interrupt
+from .._core.policy import StreamPolicy
+from .._io.backend import refuse_http2, track_sockets
+
+__all__ = ["Shell", "check_settings"]
+
+
+def check_settings(
+    transport: str,
+    inner: object,
+    policy: object,
+    interrupt: object,
+    settings: dict[str, Any],
+    flavor: Flavor,
+    method: str,
+) -> None:
+    """Validate a transport's constructor arguments; the message names the culprit.
+
+    ``method`` is what the shell calls on ``inner`` (``handle_request`` or
+    ``handle_async_request``).
+    """
+    if inner is not None and not runs_on(inner, flavor):
+        library = library_of(inner)
+        if library is not None and library != flavor.name:
+            home = "hermes_transport" + ("" if library == "httpx" else f".{library}")
+            raise TypeError(
+                f"{transport} runs on {flavor.name}, but inner is an {library} transport"
+                f" ({type(inner).__name__}): use {home}.{transport} with it, or give an"
+                f" {flavor.name} inner transport"
+            )
+    if inner is not None and not callable(getattr(inner, method, None)):
+        raise TypeError(
+            f"inner must be a transport with {method}() ({transport} is"
+            f" {'async' if 'async' in method else 'sync'}), got {inner!r}"
+        )
+    if inner is not None and settings:
+        raise TypeError(
+            f"{transport} got {', '.join(sorted(settings))} together"
+            " with an inner transport: those settings configure the transport it builds"
+            " when inner is None; configure your inner transport instead"
+        )
+    if inner is None:
+        refuse_http2(settings.get("http2"), transport)
+    if policy is not None and not isinstance(policy, StreamPolicy):
+        raise TypeError(f"policy must be a StreamPolicy or None, got {policy!r}")
+    if interrupt is not None and not isinstance(interrupt, Interrupt):
+        raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
+
+
+_Inner = TypeVar("_Inner")
+
+
+class Shell(Generic[_Inner]):
+    """What the sync and async transports hold: inner transport, policy, own interrupt.
+
+    Each public class sets ``_flavor``: the HTTP library it runs on, through which
+    every library name is looked up.
+    """
+
+    _flavor: ClassVar[Flavor]
+    _inner_method: ClassVar[str]  # what the shell calls on its inner transport
+    _inner: _Inner
+    _policy: StreamPolicy
+    _interrupt: Interrupt | None
+    _sockets_reachable: bool
+
+    def _configure(
+        self,
+        inner: _Inner | None,
+        policy: StreamPolicy | None,
+        interrupt: Interrupt | None,
+        settings: dict[str, Any],
+        http_transport: type[Any],
+        pool: type[Any],
+        tracking_backend: Callable[[Any], Any],
+    ) -> None:
+        """Build (``http_transport(**settings)``) or take the inner transport, and
+        let guards reach its sockets when it is an ``http_transport`` over a ``pool``."""
+        name = type(self).__name__
+        check_settings(name, inner, policy, interrupt, settings, self._flavor, self._inner_method)
+        self._inner = inner if inner is not None else http_transport(**settings)
+        self._sockets_reachable = track_sockets(
+            self._inner, http_transport, pool, tracking_backend, name
+        )
+        self._interrupt = interrupt
+        self._policy = policy if policy is not None else StreamPolicy.from_env()
+
+    @property
+    def policy(self) -> StreamPolicy:
+        """The liveness budgets this transport applies."""
+        return self._policy
+
+    @property
+    def inner(self) -> _Inner:
+        """The transport that does the HTTP."""
+        return self._inner
