@@ -5,20 +5,25 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
+import re
 import socket
 import ssl
 import threading
 import time
+import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import openai
 
 import hermes_transport
-from hermes_transport import Interrupt, StreamInterrupted, StreamStalled
+from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 
 # One of each setting the factories must hand to the inner transport.
 CONNECTION_SETTINGS: list[dict[str, Any]] = [
@@ -231,3 +236,135 @@ def redirector(status: int, target: str) -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+
+
+# The HTTP library the installed openai builds its own clients on.
+NATIVE = "httpx2" if OPENAI_MAJOR >= 3 else "httpx"
+
+KW: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def in_flavor(settings: dict[str, Any], flavor: Flavor) -> dict[str, Any]:
+    """`settings` with httpx's ``Limits`` made the flavor's own, as its users would pass them."""
+    return {
+        name: flavor.http.Limits(
+            max_connections=value.max_connections,
+            max_keepalive_connections=value.max_keepalive_connections,
+            keepalive_expiry=value.keepalive_expiry,
+        )
+        if isinstance(value, httpx.Limits)
+        else value
+        for name, value in settings.items()
+    }
+
+
+def normalised(body: bytes) -> bytes:
+    """The body without its per-request ids."""
+    return re.sub(rb'hermes\d+|call_\d+|"created": \d+', b"ID", body)
+
+
+def gunzip(body: bytes) -> bytes:
+    """A gzip body, decompressed."""
+    return zlib.decompressobj(wbits=31).decompress(body)
+
+
+class Wire:
+    """A real OpenAI-wire SSE server that records the wire `stream` flag per request."""
+
+    def __init__(self, *, stall_after_first_chunk: bool = False) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.stall = stall_after_first_chunk
+        self.hits = threading.Semaphore(0)
+        self.closing = threading.Event()
+        wire = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                if not self.path.endswith("/chat/completions"):
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                wire.requests.append(body)
+                wire.hits.release()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                first = _chunk({"role": "assistant", "content": "hello"})
+                self.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
+                self.wfile.flush()
+                if wire.stall:
+                    try:
+                        for _ in range(400):
+                            if wire.closing.wait(0.05):
+                                return
+                            self.wfile.write(b": keepalive\n\n")
+                            self.wfile.flush()
+                    except OSError:
+                        pass
+                    return
+                second = _chunk({"content": " world"})
+                usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+                fin = _chunk({}, finish_reason="stop", usage=usage)
+                for chunk in (second, fin):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        # A short poll: close() waits for serve_forever to notice the shutdown.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def _chunk(
+    delta: dict[str, Any], finish_reason: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        **extra,
+    }
+
+
+def async_sdk_client(
+    server: Any, flavor: Flavor, platform: str = "cron", **kwargs: Any
+) -> openai.AsyncOpenAI:
+    """An async factory client of `flavor` on the fault server (stale budget 0.3 s by default)."""
+    kwargs.setdefault("policy", StreamPolicy(stale_timeout=0.3, retries=2))
+    return hermes_transport.async_openai_client_for(
+        platform, base_url=server.base_url, api_key="x", flavor=flavor.name, **kwargs
+    )
+
+
+def ignore_abandoned_async_generators() -> None:
+    """Let trio's warnings about async generators collected unexhausted pass, for this test.
+
+    The openai SDK's stream is a chain of async generators (the SDK's, httpx's, httpcore's
+    and the transport's body) that it never closes itself: a chain left suspended at a
+    yield is collected unexhausted, and trio warns about each generator in it (asyncio does
+    not). openai 2.x and 3.x leave it so at every `data: [DONE]`, plain openai.AsyncOpenAI
+    included; any SDK leaves it so when the consumer stops early (cancelled in on_delta).
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Async generator '[\w.]+' was garbage collected",
+        category=ResourceWarning,
+    )

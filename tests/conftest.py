@@ -11,7 +11,17 @@ import trustme
 from hermes_transport import StreamPolicy
 from hermes_transport.testing import FaultServer
 
-from _support import FLAVORS, SDK_FLAVORS, ClientFactory, Endpoint, Flavor, load_flavor
+from _support import (
+    FLAVORS,
+    OPENAI_MAJOR,
+    SDK_FLAVORS,
+    ClientFactory,
+    Endpoint,
+    Flavor,
+    Wire,
+    ignore_abandoned_async_generators,
+    load_flavor,
+)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -116,3 +126,26 @@ def watchdog_client(flavor: Flavor) -> Iterator[ClientFactory]:
     yield build
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def wire() -> Iterator[Wire]:
+    """A loopback OpenAI-wire server that records each request's `stream` flag."""
+    server = Wire()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def stalling_wire() -> Iterator[Wire]:
+    """As ``wire``, but every stream stalls after its first chunk."""
+    server = Wire(stall_after_first_chunk=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sdk_abandons_async_generators(anyio_backend: str) -> None:
+    """On trio with openai 2.x and 3.x, every stream that ends leaves the chain behind."""
+    if anyio_backend == "trio" and OPENAI_MAJOR >= 2:
+        ignore_abandoned_async_generators()

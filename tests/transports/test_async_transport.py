@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from test_transport import _gunzip, _normalised
 
 import hermes_transport._io.loop_watchdog as loop_watchdog_module
 from hermes_transport import (
@@ -39,7 +38,9 @@ from _support import (
     black_hole,
     chat_body,
     deaf_server,
+    gunzip,
     interrupt_when,
+    normalised,
 )
 
 pytestmark = pytest.mark.anyio
@@ -103,8 +104,8 @@ async def test_a_healthy_stream_passes_byte_for_byte(
         got = await _read_all(watched, server.base_url)
     if gzip:
         assert got[:2] == b"\x1f\x8b", "compressed bytes must be passed up still compressed"
-        got, expected = _gunzip(got), _gunzip(expected)
-    assert _normalised(got) == _normalised(expected)
+        got, expected = gunzip(got), gunzip(expected)
+    assert normalised(got) == normalised(expected)
     assert b"data: [DONE]" in got
     _assert_nothing_armed()
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import openai
 import pytest
-from test_factory import NATIVE
 
 from hermes_transport import (
     Interrupt,
@@ -24,7 +23,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultServer, Scenario
 
-from _support import Flavor
+from _support import NATIVE, Flavor
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

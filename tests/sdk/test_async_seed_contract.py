@@ -13,13 +13,11 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from test_seed_contract import KW, Wire
 
 from hermes_transport import (
     Interrupt,
@@ -28,7 +26,7 @@ from hermes_transport import (
     async_openai_client_for,
 )
 
-from _support import OPENAI_MAJOR, Flavor
+from _support import KW, OPENAI_MAJOR, Flavor, Wire
 
 pytestmark = pytest.mark.anyio
 
@@ -43,20 +41,6 @@ def _sdk_abandons_async_generators(anyio_backend: str) -> None:
             message=r"Async generator '[\w.]+' was garbage collected",
             category=ResourceWarning,
         )
-
-
-@pytest.fixture
-def wire() -> Iterator[Wire]:
-    server = Wire()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def stalling_wire() -> Iterator[Wire]:
-    server = Wire(stall_after_first_chunk=True)
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("platform", ["subagent", "cron", "cli"])

@@ -8,11 +8,8 @@ worker thread so /stop stays responsive. Against a real loopback SSE server.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -25,100 +22,7 @@ from hermes_transport import (
     stream_chat_completion,
 )
 
-from _support import Flavor
-
-
-class Wire:
-    """A real OpenAI-wire SSE server that records the wire `stream` flag per request."""
-
-    def __init__(self, *, stall_after_first_chunk: bool = False) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.stall = stall_after_first_chunk
-        self.hits = threading.Semaphore(0)
-        self.closing = threading.Event()
-        wire = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(n) or b"{}")
-                if not self.path.endswith("/chat/completions"):
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                wire.requests.append(body)
-                wire.hits.release()
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                first = _chunk({"role": "assistant", "content": "hello"})
-                self.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
-                self.wfile.flush()
-                if wire.stall:
-                    try:
-                        for _ in range(400):
-                            if wire.closing.wait(0.05):
-                                return
-                            self.wfile.write(b": keepalive\n\n")
-                            self.wfile.flush()
-                    except OSError:
-                        pass
-                    return
-                second = _chunk({"content": " world"})
-                usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-                fin = _chunk({}, finish_reason="stop", usage=usage)
-                for chunk in (second, fin):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        # A short poll: close() waits for serve_forever to notice the shutdown.
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.closing.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
-def _chunk(
-    delta: dict[str, Any], finish_reason: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        **extra,
-    }
-
-
-@pytest.fixture
-def wire() -> Iterator[Wire]:
-    server = Wire()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def stalling_wire() -> Iterator[Wire]:
-    server = Wire(stall_after_first_chunk=True)
-    yield server
-    server.close()
-
-
-KW: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+from _support import KW, Flavor, Wire
 
 
 def _client_recording_threads(

@@ -7,13 +7,11 @@ import functools
 import gc
 import json
 import logging
-import re
 import socket
 import ssl
 import threading
 import time
 import tracemalloc
-import zlib
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -28,7 +26,7 @@ from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import FLAVORS, ClientFactory, Flavor, chat_body, load_flavor
+from _support import FLAVORS, ClientFactory, Flavor, chat_body, gunzip, load_flavor, normalised
 
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
@@ -45,15 +43,6 @@ def _post_stream(client: Any, target: FaultServer | str, **body: object) -> Any:
     """POST a streaming chat request to a fault server, or to a full URL; return it unread."""
     url = target if isinstance(target, str) else target.base_url + "/chat/completions"
     return client.send(client.build_request("POST", url, json=chat_body(**body)), stream=True)
-
-
-def _normalised(body: bytes) -> bytes:
-    """The body without its per-request ids."""
-    return re.sub(rb'hermes\d+|call_\d+|"created": \d+', b"ID", body)
-
-
-def _gunzip(body: bytes) -> bytes:
-    return zlib.decompressobj(wbits=31).decompress(body)
 
 
 def _read_all(response: Any) -> bytes:
@@ -95,8 +84,8 @@ def test_healthy_stream_bytes_are_passed_up_untouched(
     got = _read_all(_post_stream(watchdog_client(stale=5.0), server))
     if scenario.gzip:
         assert got[:2] == b"\x1f\x8b", "compressed bytes must be passed up still compressed"
-        got, expected = _gunzip(got), _gunzip(expected)
-    assert _normalised(got) == _normalised(expected)
+        got, expected = gunzip(got), gunzip(expected)
+    assert normalised(got) == normalised(expected)
     assert b"data: [DONE]" in got
 
 
@@ -113,7 +102,7 @@ def test_non_sse_responses_pass_through_untouched(
         expected = plain.post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
     got = watchdog_client(stale=5.0).post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
     assert got.status_code == expected.status_code
-    assert _normalised(got.content) == _normalised(expected.content)
+    assert normalised(got.content) == normalised(expected.content)
     assert got.headers["content-type"] == expected.headers["content-type"]
 
 

@@ -24,17 +24,16 @@ from hermes_transport.testing import FaultServer, Scenario
 from _support import (
     CONNECTION_SETTINGS,
     FLAVORS,
-    OPENAI_MAJOR,
+    NATIVE,
     SDK_FLAVORS,
     Flavor,
     chat_body,
+    in_flavor,
     inner_transport_settings,
     load_flavor,
 )
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-# The HTTP library the installed openai builds its own clients on.
-NATIVE = "httpx2" if OPENAI_MAJOR >= 3 else "httpx"
 # Whether the installed openai takes an httpx2 client at all (3.x, and late 2.x releases).
 SDK_TAKES_HTTPX2 = "httpx2" in SDK_FLAVORS
 
@@ -59,20 +58,6 @@ def _close(client: Any) -> None:
         anyio.run(client.aclose)
     else:
         client.close()
-
-
-def in_flavor(settings: dict[str, Any], flavor: Flavor) -> dict[str, Any]:
-    """`settings` with httpx's ``Limits`` made the flavor's own, as its users would pass them."""
-    return {
-        name: flavor.http.Limits(
-            max_connections=value.max_connections,
-            max_keepalive_connections=value.max_keepalive_connections,
-            keepalive_expiry=value.keepalive_expiry,
-        )
-        if isinstance(value, httpx.Limits)
-        else value
-        for name, value in settings.items()
-    }
 
 
 @pytest.mark.parametrize("factory", ["http", "openai"])
