@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from .clock import monotonic
+from .stages import Stage
 
 if TYPE_CHECKING:
     from .interrupt import Interrupt
@@ -85,14 +86,14 @@ class Guard:
         "stage",
     )
 
-    def __init__(self, stage: str = "connecting") -> None:
+    def __init__(self, stage: Stage = "connecting") -> None:
         # Read by the watchdog without the lock; written by the owner (lazy re-arm).
         self.deadline: float | None = None
         self.fired: FiredKind | None = None
         self.reason: str | None = None
         # Where the attempt is, for error messages and logs; owner-written.
-        self.stage = stage
-        self.fired_stage: str | None = None
+        self.stage: Stage = stage
+        self.fired_stage: Stage | None = None
         self._lock = threading.Lock()
         self._conn: Killable | None = None
         self._fallback: Killable | None = None
