@@ -3,7 +3,14 @@
 ``WatchdogTransport`` watches server-sent-events streams for real progress
 (data events, not keepalive comments), cuts a stream that stalls, and re-sends
 one that stalled before its first event, all on the caller's own thread;
-``AsyncWatchdogTransport`` does the same on an asyncio or trio event loop.
+``AsyncWatchdogTransport`` does the same on an asyncio or trio event loop, with
+the loop's timers. An ``Interrupt`` stops the requests bound to it from any
+thread. ``http_client_for`` and ``openai_client_for`` (and their async twins)
+build clients on the watchdog; ``stream_chat_completion`` and
+``astream_chat_completion`` stream one chat completion to the end with the same
+errors on every openai major. ``hermes_transport.httpx2`` has the transports
+and http client factories on httpx2; ``hermes_transport.testing`` a loopback
+fault server.
 """
 
 from __future__ import annotations

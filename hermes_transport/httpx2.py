@@ -3,7 +3,10 @@
 openai 3.x builds its clients on ``httpx2`` (a fork of httpx with the same
 transport API), and the anthropic 2.x SDK accepts nothing else. The classes
 here are the ones in ``hermes_transport``, naming httpx2 instead of httpx;
-the logic is shared::
+the logic is shared, and so is every limit their docstrings state. The SDK
+helpers (``openai_client_for``, ``stream_chat_completion`` and their async
+twins) live in ``hermes_transport`` and work on either flavor; with
+``flavor=None`` the factory picks httpx2 on openai 3.x::
 
     import anthropic
     from hermes_transport import httpx2 as ht2
@@ -20,14 +23,7 @@ and also a ``hermes_transport.StreamStalled`` (hence an httpx one), so one
 
 from __future__ import annotations
 
-try:
-    import httpx2  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in an environment without httpx2
-    raise ImportError(
-        "hermes_transport.httpx2 needs the httpx2 package;"
-        " install it with: pip install 'hermes-transport[httpx2]'"
-    ) from exc
-
+# Without httpx2 installed, this import raises an ImportError that says how to install it.
 from ._flavors.httpx2 import (
     AsyncWatchdogTransport,
     StreamStalled,

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import httpx
 import openai
@@ -43,6 +43,12 @@ PROMPT = 1.0
 # Builds an httpx.Client over a WatchdogTransport: see the watchdog_client fixture.
 ClientFactory = Callable[..., httpx.Client]
 
+#: The HTTP libraries the transports run on: the factories' ``flavor`` argument.
+FlavorName = Literal["httpx", "httpx2"]
+FLAVOR_NAMES: tuple[FlavorName, ...] = ("httpx", "httpx2")
+
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True)
 class Flavor:
@@ -52,7 +58,7 @@ class Flavor:
     hermes-transport's classes and factories for it.
     """
 
-    name: str
+    name: FlavorName
     http: Any
     WatchdogTransport: Any
     AsyncWatchdogTransport: Any
@@ -63,8 +69,14 @@ class Flavor:
     def __repr__(self) -> str:
         return self.name
 
+    def byte_stream_class(self, body: type[_T]) -> type[_T]:
+        """``body`` (a class with ``__iter__``) made this library's ``SyncByteStream``: a
+        response takes only its own library's streams."""
+        made: type[_T] = type(body.__name__, (body, self.http.SyncByteStream), {})
+        return made
 
-def load_flavor(name: str) -> Flavor:
+
+def load_flavor(name: FlavorName) -> Flavor:
     """The tests' view of flavor ``name``."""
     http = importlib.import_module(name)
     ours = (
@@ -82,7 +94,7 @@ def load_flavor(name: str) -> Flavor:
 
 
 #: Every flavor installed (httpx2 needs Python 3.11+): the behavioural tests run on each.
-FLAVORS = tuple(name for name in ("httpx", "httpx2") if importlib.util.find_spec(name))
+FLAVORS = tuple(name for name in FLAVOR_NAMES if importlib.util.find_spec(name))
 OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 #: The flavors the installed openai SDK accepts an http_client of: httpx2 from the 2.x
 #: releases that know it (they have DefaultHttpx2Client; 3.x builds on it), httpx always.
@@ -239,7 +251,7 @@ def redirector(status: int, target: str) -> Iterator[str]:
 
 
 # The HTTP library the installed openai builds its own clients on.
-NATIVE = "httpx2" if OPENAI_MAJOR >= 3 else "httpx"
+NATIVE: FlavorName = "httpx2" if OPENAI_MAJOR >= 3 else "httpx"
 
 KW: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -86,7 +86,8 @@ def tls() -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 @pytest.fixture(params=["tcp", "tls"])
 def secure(request: pytest.FixtureRequest) -> bool:
-    return request.param == "tls"
+    kind: str = request.param
+    return kind == "tls"
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def watchdog_client(flavor: Flavor) -> Iterator[ClientFactory]:
     def build(
         *,
         stale: float | None = 1.0,
-        first: float | None = None,
+        first: Any = StreamPolicy.SAME_AS_STALE,  # seconds, None (off) or the default
         retries: int = 0,
         inner: Any = None,
         timeout: float = 30.0,

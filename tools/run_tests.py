@@ -2,16 +2,24 @@
 """Install and run the whole test suite once per supported openai major.
 
 Each major gets its own virtual environment under ``.venvs/`` (created on first
-use, refreshed on every run) with this project and its test extra installed,
-plus the newest release of that openai major. Then pytest runs there, and
-after it the SDK transparency check (``tools/sdk_transparency.py``): the
-installed openai and anthropic SDKs' own client and streaming tests, plainly
-and with every client on the watchdog, must give the same results. The check
-counts as one test per major in the summary. The script exits non-zero if any
-run or check fails, and ends with one summary line.
+use, refreshed on every run) with this project (editable, with its ``httpx2``
+extra) and ``requirements-test.txt`` installed, plus the newest release of that
+openai major.
+
+First, once, the check gate (``tools/check.py``) runs in the newest major's
+environment: ``ruff check``, ``ruff format --check`` and ``mypy --strict`` on
+the package, the tests (the type test of the public API included) and the
+tools. Then, for each major, pytest runs in its environment, and after it the
+SDK transparency check (``tools/sdk_transparency.py``): the installed openai
+and anthropic SDKs' own client and streaming tests, plainly and with every
+client on the watchdog, must give the same results. The gate counts as one
+test in the summary, and the transparency check as one per major. The script
+exits non-zero if the gate, any run or any check fails, and ends with one
+summary line.
 
     python3 tools/run_tests.py                      # every major
-    python3 tools/run_tests.py --major 2            # just one
+    python3 tools/run_tests.py --major 2            # just one (the gate still runs, on the newest)
+    python3 tools/run_tests.py --no-check           # without the check gate
     python3 tools/run_tests.py --no-transparency    # without the SDK transparency check
     python3 tools/run_tests.py -- -k stall          # extra pytest arguments after --
 """
@@ -29,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAJORS = ("1", "2", "3")
+# The test runner, what the tests use and the check gate's tools: no extra of the package.
+REQUIREMENTS = "requirements-test.txt"
 SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed)")
 
 
@@ -47,7 +57,8 @@ def _prepare(major: str) -> Path:
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = str(_python(env_dir))
     install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    result = _run([*install, "--upgrade", "-e", ".[test]", f"openai>={major},<{int(major) + 1}"])
+    openai = f"openai>={major},<{int(major) + 1}"
+    result = _run([*install, "--upgrade", "-e", ".[httpx2]", "-r", REQUIREMENTS, openai])
     if result.returncode != 0:
         raise SystemExit(f"installing the test environment for openai {major}.x failed")
     return _python(env_dir)
@@ -78,6 +89,16 @@ def _pytest(python: Path, pytest_args: list[str]) -> tuple[int, int, int]:
     return counts.get("passed", 0), broken, proc.returncode
 
 
+def _check(python: Path) -> bool:
+    """The check gate, in this environment; whether it passed."""
+    started = time.monotonic()
+    print("\n=== check gate ===", flush=True)
+    check = _run([str(python), "tools/check.py"])
+    took = time.monotonic() - started
+    print(f"=== check gate: exit {check.returncode} in {took:.0f} s ===", flush=True)
+    return check.returncode == 0
+
+
 def _transparency(major: str, version: str) -> bool:
     """The SDK transparency check of this major; whether it passed."""
     started = time.monotonic()
@@ -97,6 +118,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--major", choices=MAJORS, action="append", help="openai major(s) to test")
     parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the check gate (tools/check.py: ruff and mypy)",
+    )
+    parser.add_argument(
         "--no-transparency",
         action="store_true",
         help="skip the SDK transparency check (tools/sdk_transparency.py)",
@@ -105,9 +131,17 @@ def main() -> int:
     args = parser.parse_args()
     totals = {"passed": 0, "failed": 0}
     failed_majors = []
+    pythons: dict[str, Path] = {}
+    gate_failed = False
+    if not args.no_check:
+        # Once, before the suites, with the tools of the newest major's environment:
+        # the same verdict whichever majors are tested.
+        pythons[MAJORS[-1]] = _prepare(MAJORS[-1])
+        gate_failed = not _check(pythons[MAJORS[-1]])
+        totals["failed" if gate_failed else "passed"] += 1
     for major in args.major or MAJORS:
         started = time.monotonic()
-        python = _prepare(major)
+        python = pythons.get(major) or _prepare(major)
         version = subprocess.run(
             [str(python), "-c", "import openai; print(openai.__version__)"],
             capture_output=True,
@@ -135,10 +169,12 @@ def main() -> int:
             else:
                 totals["failed"] += 1
                 failed_majors.append(f"{version} (SDK transparency)")
+    if gate_failed:
+        print("\nFAILED: the check gate (tools/check.py; its last lines say which check)")
     if failed_majors:
         print(f"\nFAILED on openai {', '.join(failed_majors)}")
     print(f"\n{totals['passed']} passed, {totals['failed']} failed")
-    return 1 if failed_majors else 0
+    return 1 if gate_failed or failed_majors else 0
 
 
 if __name__ == "__main__":

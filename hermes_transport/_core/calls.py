@@ -1,12 +1,17 @@
 """Re-send accounting for one logical call, across every layer that may re-send.
 
-Three layers can send a stalled streaming request again: the transport (a
-stall before the first event), the openai SDK's own retry loop (it retries the
-``StreamStalled`` the transport raises, since that is an ``httpx.ReadTimeout``)
-and the streaming runner (a stall after the first event whose content reached
+Three layers could send a stalled streaming request again: the transport (a
+stall before the first event), the SDK's own retry loop (it retries the
+``StreamStalled`` the transport raises, since that is a ``ReadTimeout``) and
+the streaming runner (a stall after the first event whose content reached
 nobody). Each would multiply the others. A ``Call`` holds the one budget of
-stall re-sends they all draw from, so a call makes at most ``retries + 1``
-attempts in total.
+stall re-sends: the transport and the runner draw on it, and an SDK retry of
+a stream whose budget is spent fails at once, offline (under a runner the
+SDK never sees the stall: see ``errors.Handoff``). So stalls cost a call at
+most ``retries`` re-sends. ``attempts`` counts every attempt of the call,
+the SDK's retries after other failures (a 5xx, say) included; those draw
+nothing from the budget. Only a streaming request with a first-event budget
+looks its call up (and counts an attempt); any other gets no ``Call``.
 
 How a request finds its call: the runner binds one for its whole run
 (``bind_call``). Otherwise the transport keeps one per SDK call in a context
@@ -30,7 +35,10 @@ RETRY_HEADER = "x-stainless-retry-count"
 
 
 class Call:
-    """The stall re-send budget of one logical call."""
+    """The stall re-send budget of one logical call, and its attempts so far.
+
+    Used only by the thread or task making the call, one attempt after another.
+    """
 
     __slots__ = ("attempts", "last_stall", "resends_left")
 

@@ -21,11 +21,14 @@ INLINE_PLATFORMS = frozenset({"cron", "subagent"})
 def should_stream_inline(
     platform: str | None, api_mode: str = "chat_completions", provider: str | None = None
 ) -> bool:
-    """Whether a caller of this kind streams on its own thread.
+    """Whether a caller of this kind streams on its own thread, not on a worker.
 
-    True for platform ``"cron"`` or ``"subagent"`` on the chat-completions API
-    with any provider but ``"moa"``; False otherwise (``"cli"`` and other
-    interactive platforms, ``"anthropic_messages"``, ``"moa"``).
+    True for platform ``"cron"`` or ``"subagent"`` with ``api_mode``
+    ``"chat_completions"`` and any provider but ``"moa"``; False otherwise
+    (``"cli"`` and other interactive platforms, ``None``, another
+    ``api_mode`` such as ``"anthropic_messages"``, provider ``"moa"``). The
+    factories record it for ``stream_chat_completion``; async callers always
+    stream on their own loop.
     """
     return platform in INLINE_PLATFORMS and api_mode == "chat_completions" and provider != "moa"
 

@@ -23,36 +23,67 @@ callers that catch either keep working. On the httpx2 flavor the stall is
 ``hermes_transport.httpx2.StreamStalled``: the same for httpx2's classes, and a
 subclass of this ``StreamStalled``, so one ``except StreamStalled`` (or ``except
 httpx.RemoteProtocolError``) catches a stall whichever library carried it.
+
+Every error pickles (and copies) to an equal one: same class, ``args`` and
+attributes, ``request`` included, as httpx's own errors keep theirs (an
+``httpx.Request`` pickles without its body stream and extensions). As for any
+exception, ``__cause__``, ``__context__`` and ``__traceback__`` are not
+carried. An interrupt raised before the response (see
+``interrupted_before_response``) comes back as the same ``StreamInterrupted``
+mixed with the same SDK base errors, importing those SDKs if needed; one
+that the unpickling process cannot import is left out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import sys
-from typing import Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 
+from .stages import Stage
+
 __all__ = [
     "Handoff",
+    "StallStage",
     "StreamInterrupted",
     "StreamStalled",
     "for_caller",
     "interrupted_before_response",
 ]
 
-Stage = Literal["first_event", "mid_stream"]
+#: Where a stall can be: the two ``Stage`` values a ``StreamStalled`` names.
+StallStage = Literal["first_event", "mid_stream"]
 _E = TypeVar("_E", bound=Exception)
+#: An SDK base error by name: (module name, class name).
+_SdkName = tuple[str, str]
 
 
 class StreamStalled(httpx.ReadTimeout, httpx.RemoteProtocolError):
     """A streaming response made no progress within its budget and was cut.
 
-    ``stage`` is ``"first_event"`` when no data event arrived within the
-    first-event budget (waiting for headers included) on any attempt, and
-    ``"mid_stream"`` when events stopped arriving after the first one.
-    ``budget`` is that budget in seconds, ``elapsed`` the seconds the last
-    attempt ran, and ``attempts`` how many times the request was sent by the
-    transport.
+    ``stage`` is where the attempt that stalled was: ``"first_event"`` when
+    no data event arrived within the first-event budget, ``"mid_stream"``
+    when no data event followed the last one within the stale budget. The
+    first-event budget starts when the pool wait is over (the attempt begins
+    connecting, or writes to a pooled connection; where the transport cannot
+    see its inner transport's sockets, when the attempt starts), so sending
+    the request and waiting for the headers count. ``budget`` is that budget
+    in seconds and ``elapsed`` the seconds that attempt ran.
+
+    ``attempts`` is the number of that attempt within its logical call: how
+    many times the call had been sent, this time included, by every layer
+    that sends it again. The transport's own re-sends, the SDK's retries of
+    the same call (openai's and anthropic's, for any reason: a stall, a 5xx;
+    found by their ``x-stainless-retry-count`` header) and the streaming
+    runners' re-sends all count. The transport's and the runners' stall
+    re-sends draw on the one ``StreamPolicy.retries`` budget; an SDK retry of
+    a stream whose budget is spent fails at once, offline, and SDK retries of
+    other failures draw nothing. A request whose first event is not
+    watched (``first_event_timeout=None``, or a request not seen as
+    streaming) is counted on its own: ``attempts`` is 1.
     """
 
     def __init__(
@@ -60,35 +91,52 @@ class StreamStalled(httpx.ReadTimeout, httpx.RemoteProtocolError):
         message: str,
         *,
         request: httpx.Request | None = None,
-        stage: Stage,
+        stage: StallStage,
         budget: float,
         elapsed: float,
         attempts: int,
     ) -> None:
         super().__init__(message, request=request)
-        self.stage: Stage = stage
+        self.stage: StallStage = stage
         self.budget = budget
         self.elapsed = elapsed
         self.attempts = attempts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException's own would rebuild with cls(*args): no keyword-only fields.
+        fields = {
+            "stage": self.stage,
+            "budget": self.budget,
+            "elapsed": self.elapsed,
+            "attempts": self.attempts,
+        }
+        return _reduced(self, fields)
 
 
 class StreamInterrupted(InterruptedError):
     """A request or stream was stopped by an ``Interrupt`` token.
 
-    ``reason`` is the text given to ``Interrupt.interrupt()``.
+    ``reason`` is the text given to ``Interrupt.interrupt()``; ``stage`` is
+    where the attempt was when it was stopped (``None``: not known).
     """
 
-    def __init__(self, reason: str, *, stage: str | None = None) -> None:
+    def __init__(self, reason: str, *, stage: Stage | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.stage = stage
+        self.stage: Stage | None = stage
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduced(self, {"stage": self.stage})
 
 
+#: The mixed classes (see ``_also_sdk_error``), by their bases, and the other
+#: way round: what each was mixed from, to be found again when unpickled.
 _sdk_classes: dict[tuple[type[Exception], ...], type[Exception]] = {}
+_mixed_from: dict[type[Exception], tuple[type[Exception], tuple[_SdkName, ...]]] = {}
 
 #: The SDKs whose own base error makes their retry loop let an exception raised
 #: by a transport through untouched (module name, class name).
-_SDK_ERRORS = (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
+_SDK_ERRORS: tuple[_SdkName, ...] = (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
 
 
 def _also_sdk_error(cls: type[_E]) -> type[_E]:
@@ -96,20 +144,50 @@ def _also_sdk_error(cls: type[_E]) -> type[_E]:
 
     openai 2.x and 3.x and anthropic let their own errors raised from a
     transport through untouched, without retrying them (and without sleeping
-    their back-off first); the class keeps its name and doc.
+    their back-off first); the class keeps its name, its public module (as
+    shown in tracebacks) and its doc.
     """
-    sdk_errors = _sdk_errors()
+    return _mixed(cls, _sdk_errors(_SDK_ERRORS, load=False))
+
+
+def _mixed(cls: type[_E], sdk_errors: tuple[tuple[_SdkName, type[Exception]], ...]) -> type[_E]:
+    """``cls`` with ``sdk_errors`` as further bases: one class per set of bases."""
     if not sdk_errors:
         return cls
-    key: tuple[type[Exception], ...] = (cls, *sdk_errors)
+    key: tuple[type[Exception], ...] = (cls, *(error for _, error in sdk_errors))
     mixed = _sdk_classes.get(key)
     if mixed is None:
-        attrs = {"__module__": __name__, "__doc__": cls.__doc__}
-        mixed = _sdk_classes[key] = type(cls.__name__, key, attrs)
+        attrs = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        }
+        made = type(cls.__name__, key, attrs)
+        _mixed_from[made] = (cls, tuple(name for name, _ in sdk_errors))
+        mixed = _sdk_classes.setdefault(key, made)  # one class, even if two threads race
     return cast("type[_E]", mixed)
 
 
-def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInterrupted:
+def _reduced(error: Exception, fields: dict[str, Any]) -> tuple[Any, ...]:
+    """How ``error`` pickles and copies: rebuilt by ``_rebuilt``, then its ``__dict__`` set.
+
+    A mixed class cannot be pickled by reference (its name is the public
+    class's), so what it was mixed from is pickled instead.
+    """
+    cls, sdk_names = _mixed_from.get(type(error), (type(error), ()))
+    return (_rebuilt, (cls, sdk_names, error.args, fields), error.__dict__)
+
+
+def _rebuilt(
+    cls: type[_E], sdk_names: tuple[_SdkName, ...], args: tuple[Any, ...], fields: dict[str, Any]
+) -> _E:
+    """An error unpickled: ``cls``, mixed again with the named SDK errors that import."""
+    known = tuple(name for name in sdk_names if name in _SDK_ERRORS)
+    mixed = _mixed(cls, _sdk_errors(known, load=True))
+    return mixed(*args, **fields)
+
+
+def interrupted_before_response(reason: str, *, stage: Stage | None) -> StreamInterrupted:
     """A ``StreamInterrupted`` to raise before the response has returned.
 
     The openai SDK (2.x) and the anthropic SDK retry, with back-off sleeps,
@@ -117,7 +195,9 @@ def interrupted_before_response(reason: str, *, stage: str | None) -> StreamInte
     base errors. So the error is also each loaded SDK's base error: the SDK
     lets it through untouched, once. ``except StreamInterrupted`` and
     ``except InterruptedError`` still catch it. (openai 1.x retries every
-    exception: see ``Handoff`` for how the runners avoid that.)
+    exception: see ``Handoff`` for how the runners avoid that. openai 3.x
+    retries only its HTTP libraries' request errors, so it would let a plain
+    ``StreamInterrupted`` through anyway: the mix matters for 2.x and anthropic.)
     """
     return _also_sdk_error(StreamInterrupted)(reason, stage=stage)
 
@@ -144,10 +224,18 @@ def for_caller(error: StreamStalled | StreamInterrupted, *, handoff: bool) -> Ba
     return Handoff(error) if handoff else error
 
 
-def _sdk_errors() -> tuple[type[Exception], ...]:
+def _sdk_errors(
+    names: tuple[_SdkName, ...], *, load: bool
+) -> tuple[tuple[_SdkName, type[Exception]], ...]:
+    """The named SDK base errors found, with their names (``load``: import an SDK if need be)."""
     found = []
-    for module_name, class_name in _SDK_ERRORS:
-        sdk_error = getattr(sys.modules.get(module_name), class_name, None)
+    for name in names:
+        module_name, class_name = name
+        module = sys.modules.get(module_name)
+        if module is None and load:
+            with contextlib.suppress(ImportError):
+                module = importlib.import_module(module_name)
+        sdk_error = getattr(module, class_name, None)
         if isinstance(sdk_error, type) and issubclass(sdk_error, Exception):
-            found.append(sdk_error)
+            found.append((name, sdk_error))
     return tuple(found)

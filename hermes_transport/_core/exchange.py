@@ -31,7 +31,7 @@ from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream, wants_stream
 from .stages import words_for
 
-__all__ = ["Arm", "Attempt", "Exchange", "GuardFired", "mapped_error"]
+__all__ = ["Arm", "Attempt", "Exchange", "GuardFired", "mapped_error", "shown_cause"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -40,7 +40,17 @@ Arm = Callable[[Guard], None]
 
 
 class GuardFired(Exception):
-    """The guard fired while no I/O error said so (no socket to shut down)."""
+    """The guard fired while no I/O error said so (no socket to shut down).
+
+    Never shown: the error raised for it has no cause, and is raised outside
+    the handler that caught it, so that it is not its context either.
+    """
+
+
+def shown_cause(exc: BaseException) -> BaseException | None:
+    """The cause to chain the error mapped from ``exc`` to: ``exc``, unless it is a
+    ``GuardFired``, which says nothing a caller could use (then ``None``)."""
+    return None if isinstance(exc, GuardFired) else exc
 
 
 class Attempt:
@@ -212,14 +222,15 @@ class Exchange:
 
     def failed(self, guard: Guard, attempt: Attempt, exc: BaseException) -> BaseException | None:
         """After the attempt raised ``exc`` (its guard closed): ``None`` to send it again,
-        else the exception to raise (``exc`` itself when the guard did not kill it)."""
+        else the exception to raise (``exc`` itself when the guard did not kill it), from
+        ``shown_cause(exc)``."""
         request = self._request
         error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
         if error is None:
             return exc
         if isinstance(error, StreamInterrupted):
             if self._handoff:
-                error.__cause__ = exc  # kept when the runner unwraps the handoff
+                error.__cause__ = shown_cause(exc)  # kept when the runner unwraps the handoff
             return for_caller(error, handoff=self._handoff)
         if not isinstance(error, StreamStalled):
             return error
@@ -236,7 +247,7 @@ class Exchange:
             )
             return None
         logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
-        error.__cause__ = exc  # kept when the runner unwraps a handoff
+        error.__cause__ = shown_cause(exc)  # kept when the runner unwraps a handoff
         return for_caller(error, handoff=self._handoff)
 
     def meter_for(self, response: httpx.Response, guard: Guard) -> ProgressMeter | None:

@@ -1,10 +1,13 @@
-"""``Guard``: one request attempt's liveness state, shared by three threads.
+"""``Guard``: one request attempt's liveness state, shared across threads.
 
-The caller's thread runs the request (for an async request: its event loop);
-the watchdog (thread, or loop timer) may expire it; any thread holding an
-``Interrupt`` may interrupt it. Killing means shutting the
-attempt's socket down so the caller's blocked read returns at once; the
-caller's thread then raises the error the guard records.
+The owner is the caller's thread, which runs the request (for an async
+request: its event loop's thread); it alone advances ``stage``, sets new
+deadlines, and attaches and detaches connections. The watchdog (thread, or
+loop timer) may expire the guard; any thread holding an ``Interrupt`` may
+interrupt it; another thread or task may close the response while its body
+is being read. Killing means shutting the attempt's socket down so the
+owner's blocked read returns at once; the owner then raises the error the
+guard records (``fired``, ``fired_stage``, ``reason``).
 
 Invariants, all under ``_lock``:
 - a connection is shut down only while it is attached to an open guard;
@@ -15,12 +18,17 @@ Invariants, all under ``_lock``:
 - a guard fires at most once; after ``close`` it never fires;
 - a close of the attached connection by another thread while the guard is
   open is deferred (``defer_close``) and done when the guard closes, so no
-  socket is closed under a request that is still using it.
+  socket is closed under a request that is still using it;
 - with no connection attached, or one whose socket cannot be reached, a kill
   stops the ``fallback`` instead (an async attempt cancels its own cancel
-  scope: connecting, DNS, a pool wait).
-Shutdown (or scheduling a cancel on an event loop) is the only work done
-under the lock; neither blocks.
+  scope: connecting, DNS, a pool wait); a sync attempt has none, and its kill
+  lands when a connection attaches or the response returns;
+- a guard is never expired before its deadline, and a deadline that passes
+  while the caller is behind (bytes unread, or the reader not in a read) is
+  put off, for at most ``CALLER_LAG_LIMIT``: the caller's lag is not taken
+  for a silent server.
+Shutdown, scheduling a cancel on an event loop and a zero-timeout poll of
+the socket are the only work done under the lock; none of them blocks.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 The token keeps a registry of the live guards (request attempts) bound to it.
 ``interrupt()`` fires each of them on the calling thread: the guard shuts its
-socket down, which wakes the blocked reader immediately. No thread is started.
+socket down, which wakes the blocked reader immediately, or, for an async
+attempt with no socket yet, schedules the cancel of its scope on its loop
+(``call_soon_threadsafe``). No thread is started. Listeners serve waiters
+that have no socket (the runner's caller waiting for its worker thread).
 
 Race-freedom: registration and ``interrupt()`` take the token's lock, so a
 guard either is in the snapshot ``interrupt()`` fires or sees the token
@@ -27,17 +30,31 @@ class Interrupt:
     """A cross-thread stop button for requests and streams.
 
     Bind requests with ``with token.bind():`` (everything this thread or
-    contextvars context sends inside the block) or by giving the token to
-    ``WatchdogTransport(interrupt=token)`` (everything through that transport).
-    ``token.interrupt(reason)`` from any thread makes every bound call raise
-    ``StreamInterrupted`` promptly, whether it is connecting, sending, waiting
-    for headers or reading the body; a call made while the token is
-    interrupted fails at once and sends nothing. ``reset()`` re-arms the token
-    for the next turn.
+    contextvars context sends inside the block; a task or a copied context
+    carries it), by giving it to a transport (``WatchdogTransport`` or
+    ``AsyncWatchdogTransport``, ``interrupt=token``: everything through that
+    transport) or to a factory (``http_client_for``, ``openai_client_for``,
+    ...), or for one call to a streaming runner. ``token.interrupt(reason)``
+    from any thread (or from the event loop) makes every bound call raise
+    ``StreamInterrupted`` promptly, whether it is connecting, in the TLS
+    handshake, sending, waiting for headers or reading the body; a call made
+    while the token is interrupted fails at once and sends nothing. Nothing is
+    re-sent after an interrupt. ``reset()`` re-arms the token for the next
+    turn.
 
-    Limits: DNS resolution and waiting for a free connection in a full pool
-    have no socket to shut down; a call interrupted there fails as soon as it
-    gets one.
+    The SDK may wrap the error: a bare openai 1.x client retries it (each
+    retry fails at once, offline, after the SDK's back-off) and raises
+    ``openai.APIConnectionError`` with the ``StreamInterrupted`` as
+    ``__cause__``. openai 2.x and 3.x, the anthropic SDK and the streaming
+    runners (on every major) let it through as it is.
+
+    Limits, sync only: DNS resolution and a wait for a free connection in a
+    full pool have no socket to shut down, so a call interrupted there fails
+    as soon as it gets one; with an inner transport other than the flavor's
+    own ``HTTPTransport``, a call interrupted before its headers fails when
+    they arrive. (Async attempts are cancelled there instead, at once.) After
+    the headers, an inner transport whose responses do not expose their
+    socket (mocks) is stopped when its next bytes arrive, sync or async.
     """
 
     def __init__(self) -> None:

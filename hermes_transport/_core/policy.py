@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import reprlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar, Final, Literal
 
 from .sse import MAX_EVENT_TYPE
 
@@ -19,11 +20,30 @@ ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 _OFF = "off"
 #: The longest finite budget, in seconds: a year. Longer ones are refused
-#: (``math.inf`` or ``None`` turn a bound off) rather than handed to timers that
-#: cannot hold them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
+#: (``None`` turns a bound off) rather than handed to timers that cannot hold
+#: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
 MAX_SECONDS = 365 * 24 * 3600.0
 #: Anthropic's Messages API sends ``event: ping`` while a model is silent.
 DEFAULT_HEARTBEAT_EVENTS = frozenset({"ping"})
+
+
+class _SameAsStale(enum.Enum):
+    """The type of ``StreamPolicy.SAME_AS_STALE``: one member, so it stays one object.
+
+    An enum member (as urllib3's ``_DEFAULT_TIMEOUT`` is) keeps its identity through
+    ``copy``, ``deepcopy`` and ``pickle``, hashes, and narrows under a type checker.
+    """
+
+    SAME_AS_STALE = "same as stale"
+
+    def __repr__(self) -> str:
+        return "StreamPolicy.SAME_AS_STALE"
+
+    __str__ = __repr__
+
+
+#: ``first_event_timeout``'s default: "whatever ``stale_timeout`` is", off included.
+SAME_AS_STALE: Final = _SameAsStale.SAME_AS_STALE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,11 +55,17 @@ class StreamPolicy:
     one before it is cut and ``StreamStalled`` raised. ``None`` turns the
     stall watch off.
 
-    ``first_event_timeout``: seconds from sending a streaming request to its
-    first progress event, waiting for headers included, per attempt. ``None``
-    means "same as ``stale_timeout``"; ``math.inf`` turns this bound off while
-    keeping the stall watch (reasoning models may think for minutes before
-    their first token).
+    ``first_event_timeout``: seconds from when a streaming attempt gets its
+    connection (a new one, or a pooled one; waiting for a free one in a full
+    pool does not count) to its first progress event, per attempt. The
+    default, ``StreamPolicy.SAME_AS_STALE``, means "whatever ``stale_timeout``
+    is" (off when it is off); ``None`` turns this bound off while keeping the
+    stall watch (reasoning models may think for minutes before their first
+    token).
+
+    ``None`` means "no bound" for both budgets; ``math.inf`` is accepted as
+    the same thing and stored as ``None``, so that equal settings make equal
+    policies.
 
     ``retries``: how many times a stream that stalled *before* its first event
     is re-sent (its connection is closed, never reused). A stream that stalled
@@ -53,27 +79,44 @@ class StreamPolicy:
     data event progress.
 
     A finite budget is at most ``MAX_SECONDS`` (a year); anything longer is a
-    ``ValueError``, like zero, negative, NaN or non-numeric ones.
+    ``ValueError`` naming the field, like zero, negative, NaN or non-numeric
+    ones (``SAME_AS_STALE`` is refused for ``stale_timeout`` itself).
 
-    Limits: the budgets are wall-clock seconds checked by one watcher thread,
-    so a stall is reported a few milliseconds after its deadline, never before.
-    DNS resolution cannot be interrupted and is not bounded by these budgets.
+    Limits: the budgets are wall-clock seconds checked by one watcher thread
+    (async code: the event loop's timers), so a stall is reported a few
+    milliseconds after its deadline, never before. Sync only: DNS resolution
+    cannot be cut short; its time counts against the first-event budget, and a
+    stall that falls during it is raised when it ends (async cancels it).
     """
 
+    #: ``first_event_timeout``'s default: the first event gets ``stale_timeout``.
+    SAME_AS_STALE: ClassVar[Literal[_SameAsStale.SAME_AS_STALE]] = SAME_AS_STALE
+
     stale_timeout: float | None = 180.0
-    first_event_timeout: float | None = None
+    first_event_timeout: float | Literal[_SameAsStale.SAME_AS_STALE] | None = SAME_AS_STALE
     retries: int = 2
     heartbeat_events: frozenset[str] = field(default=DEFAULT_HEARTBEAT_EVENTS)
 
     def __post_init__(self) -> None:
+        stale: object = self.stale_timeout  # any object, until checked
+        if stale is SAME_AS_STALE:
+            raise ValueError(
+                "stale_timeout cannot be StreamPolicy.SAME_AS_STALE (that is for"
+                " first_event_timeout); give seconds, or None for no stall watch"
+            )
         object.__setattr__(
             self, "stale_timeout", _check_seconds("stale_timeout", self.stale_timeout)
         )
-        object.__setattr__(
-            self,
-            "first_event_timeout",
-            _check_seconds("first_event_timeout", self.first_event_timeout),
-        )
+        if self.first_event_timeout is not SAME_AS_STALE:
+            object.__setattr__(
+                self,
+                "first_event_timeout",
+                _check_seconds(
+                    "first_event_timeout",
+                    self.first_event_timeout,
+                    also=", or StreamPolicy.SAME_AS_STALE",
+                ),
+            )
         if isinstance(self.retries, bool) or not isinstance(self.retries, int):
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
         if self.retries < 0:
@@ -84,27 +127,25 @@ class StreamPolicy:
     def first_event_budget(self) -> float | None:
         """Seconds allowed until the first progress event, or ``None`` for no bound."""
         budget = self.first_event_timeout
-        if budget is None:
-            budget = self.stale_timeout
-        return None if budget is None or math.isinf(budget) else budget
+        return self.stale_timeout if budget is SAME_AS_STALE else budget
 
     @property
     def stale_budget(self) -> float | None:
         """Seconds allowed between progress events, or ``None`` for no bound."""
-        budget = self.stale_timeout
-        return None if budget is None or math.isinf(budget) else budget
+        return self.stale_timeout
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> StreamPolicy:
         """Build a policy from the environment, then apply keyword ``overrides``.
 
         Reads ``HERMES_STREAM_STALE_TIMEOUT`` and
-        ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off``) and
-        ``HERMES_STREAM_RETRIES`` (an int >= 0) and
-        ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names separated by
-        commas, or ``off`` for none). Unset or empty variables keep
-        the defaults. ``environ`` defaults to ``os.environ``. A malformed value
-        (a budget above ``MAX_SECONDS`` included) raises ``ValueError`` naming
+        ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off`` for no
+        bound: ``None``, for either alike) and ``HERMES_STREAM_RETRIES`` (an
+        int >= 0) and ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names
+        separated by commas, or ``off`` for none). Unset or empty variables
+        keep the defaults (so an unset first-event variable follows the stale
+        one). ``environ`` defaults to ``os.environ``. A malformed value (a
+        budget above ``MAX_SECONDS`` included) raises ``ValueError`` naming
         the variable.
         """
         env = os.environ if environ is None else environ
@@ -116,12 +157,13 @@ class StreamPolicy:
                 f" fields are {', '.join(sorted(known))}"
             )
         values: dict[str, Any] = {}
-        stale = _env_seconds(env, ENV_STALE_TIMEOUT, off=None)
-        if stale is not _UNSET:
-            values["stale_timeout"] = stale
-        first = _env_seconds(env, ENV_FIRST_EVENT_TIMEOUT, off=math.inf)
-        if first is not _UNSET:
-            values["first_event_timeout"] = first
+        for name, variable in (
+            ("stale_timeout", ENV_STALE_TIMEOUT),
+            ("first_event_timeout", ENV_FIRST_EVENT_TIMEOUT),
+        ):
+            seconds = _env_seconds(env, variable)
+            if seconds is not _UNSET:
+                values[name] = seconds
         raw = env.get(ENV_RETRIES, "").strip()
         if raw:
             try:
@@ -151,8 +193,9 @@ class _Unset:
 _UNSET: Any = _Unset()
 
 
-def _check_seconds(name: str, value: object) -> float | None:
-    if value is None:
+def _check_seconds(name: str, value: object, *, also: str = "") -> float | None:
+    """``value`` as float seconds; ``None`` (or its synonym ``math.inf``) as ``None``."""
+    if value is None or (isinstance(value, float) and value == math.inf):
         return None
     if (
         isinstance(value, bool)
@@ -162,7 +205,7 @@ def _check_seconds(name: str, value: object) -> float | None:
     ):
         raise ValueError(
             f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
-            f" math.inf or None; got {reprlib.repr(value)}"
+            f" or None for no bound{also}; got {reprlib.repr(value)}"
         )
     return float(value)
 
@@ -192,12 +235,13 @@ def _check_event_types(value: object) -> frozenset[str]:
     return frozenset(value)
 
 
-def _env_seconds(env: Mapping[str, str], name: str, *, off: float | None) -> Any:
+def _env_seconds(env: Mapping[str, str], name: str) -> Any:
+    """The variable's seconds, ``None`` for ``off``, or ``_UNSET`` when unset or blank."""
     raw = env.get(name, "").strip()
     if not raw:
         return _UNSET
     if raw.lower() == _OFF:
-        return off
+        return None
     try:
         value = float(raw)
     except ValueError:

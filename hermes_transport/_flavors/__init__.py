@@ -25,14 +25,7 @@ def flavor_module(name: object) -> ModuleType:
         raise ValueError(
             f"flavor must be one of {', '.join(map(repr, FLAVOR_NAMES))} or None, got {name!r}"
         )
-    if name == "httpx2":
-        try:
-            import httpx2  # noqa: F401
-        except ImportError as exc:
-            raise ImportError(
-                "the httpx2 flavor needs the httpx2 package;"
-                " install it with: pip install 'hermes-transport[httpx2]'"
-            ) from exc
+    # httpx2's module raises an ImportError that says how to install httpx2.
     return importlib.import_module(f"{__name__}.{name}")
 
 

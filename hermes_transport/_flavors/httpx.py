@@ -41,21 +41,41 @@ class WatchdogTransport(SyncShell[httpx.BaseTransport], httpx.BaseTransport):
     ``cert``, ``trust_env``, ``limits``, ``proxy``, ``socket_options``, ...):
     httpx ignores a client's TLS and connection settings once a transport is
     given, so they belong here. ``policy`` defaults to
-    ``StreamPolicy.from_env()``.
+    ``StreamPolicy.from_env()``; ``interrupt`` binds every request made
+    through this transport to that ``Interrupt``.
 
     Streaming requests (a JSON body with ``"stream": true``, or
     ``Accept: text/event-stream``) are held in ``handle_request`` until their
     first progress event, so a stall before it is re-sent up to
-    ``policy.retries`` times before ``StreamStalled`` is raised. Note that the
-    openai SDK's own retry loop (``max_retries``) retries that error again, on
-    top of these re-sends. After the first event, a stream with no progress for
-    ``policy.stale_timeout`` seconds is cut and its reader raises
-    ``StreamStalled``.
+    ``policy.retries`` times before ``StreamStalled`` is raised. After the
+    first event, a stream with no progress for ``policy.stale_timeout``
+    seconds is cut and its reader raises ``StreamStalled``; it is never
+    re-sent.
 
-    Limits: HTTP/2 is refused (one socket carries many streams). With an inner
-    transport whose sockets cannot be reached before headers (mocks, custom
-    transports), a stall while waiting for headers is noticed only when the
-    response arrives, and a mid-stream stall when the next bytes arrive.
+    The SDK's retries: the openai SDK (every major) and the anthropic SDK
+    retry a ``StreamStalled`` raised from ``handle_request`` (it is a
+    ``ReadTimeout``), but their retries send nothing more: the re-send budget
+    belongs to the call, so a retry of a stream whose re-sends are spent
+    fails at once, offline. The SDK still sleeps its back-off before each,
+    then raises its ``APITimeoutError`` with the stall as ``__cause__``
+    (openai 3.x wraps a stall raised while iterating that way too, without a
+    retry). An interrupt is never re-sent: openai 2.x and 3.x and the
+    anthropic SDK let its ``StreamInterrupted`` through untouched, while a
+    bare openai 1.x client retries it (offline, after its back-off) and
+    raises ``openai.APIConnectionError`` with it as ``__cause__``. Under the
+    streaming runners (``stream_chat_completion``) the SDK retries neither,
+    on any major; elsewhere ``max_retries=0`` gets the error at once.
+
+    Limits: HTTP/2 is refused (``http2=True``, here or on an inner
+    ``httpx.HTTPTransport``: ``ValueError``), since one socket carries many
+    streams. DNS resolution and a wait for a free connection in a full pool
+    have no socket to shut down: a stall or interrupt there takes effect as
+    soon as they end. With an inner transport of another class (respx,
+    ``httpx.MockTransport``, a wrapper), sockets cannot be reached before
+    headers: a stall or interrupt is noticed only when the response (or an
+    error) arrives. After the headers the socket is reached through the
+    response's ``network_stream`` extension when it has one (not on HTTP/2);
+    otherwise a stall or interrupt is noticed when the next bytes arrive.
     """
 
     _flavor = FLAVOR
@@ -79,18 +99,28 @@ class AsyncWatchdogTransport(AsyncShell[httpx.AsyncBaseTransport], httpx.AsyncBa
     """An async httpx transport that kills hung SSE streams and re-sends early stalls.
 
     The async twin of ``WatchdogTransport``, with the same arguments, policy,
-    gating, re-sends and errors; see its docstring. It runs on asyncio or trio
-    with no thread: deadlines are timers of the running loop. An
-    ``Interrupt`` may be fired from any thread or from the loop itself.
+    gating, re-sends and errors, and the same behaviour of the SDKs'
+    retries (``openai.AsyncOpenAI``, ``anthropic.AsyncAnthropic``); see its
+    docstring. It runs on asyncio or trio with no thread: deadlines are
+    timers of the running loop. An ``Interrupt`` may be fired from any thread
+    or from the loop itself.
 
     Ordinary cancellation (``task.cancel()``, ``asyncio.timeout``, a cancel
     scope) stays ordinary: the usual ``CancelledError`` or timeout, with the
     connection closed and nothing left armed.
 
-    Limits: HTTP/2 is refused. With an inner transport whose sockets cannot
-    be reached (mocks, custom transports), a stall or interrupt before the
-    first event cancels the request; after it, a stall is noticed only when
-    the next bytes arrive.
+    Up to its first event (for a response that is not a stream: up to its
+    headers) an attempt runs in a cancel scope, which a stall or interrupt
+    cancels wherever no socket can be shut down: every stage stops at once,
+    DNS resolution and a wait for a pooled connection included, whatever the
+    inner transport.
+
+    Limits: HTTP/2 is refused, as for ``WatchdogTransport``. With an inner
+    transport of another class (mocks, wrappers), after the first event the
+    socket is reached through the response's ``network_stream`` extension
+    when it has one (not on HTTP/2); otherwise a stall or interrupt is
+    noticed when the next bytes arrive. A loop that is busy runs its timers
+    late: a stall is reported as late as the loop is behind.
     """
 
     _flavor = FLAVOR
@@ -124,14 +154,25 @@ def http_client_for(
 ) -> httpx.Client:
     """An ``httpx.Client`` over a ``WatchdogTransport`` for this kind of caller.
 
+    ``platform``, ``api_mode`` and ``provider`` decide (``should_stream_inline``)
+    whether ``stream_chat_completion`` later streams this client inline or on
+    a worker thread; the decision is recorded with ``policy`` (default:
+    ``StreamPolicy.from_env()``) and ``interrupt``, which binds every request
+    of the client.
+
     TLS and connection settings (``verify``, ``cert``, ``trust_env``,
-    ``limits``, ``proxy``, ``http2``, ...) configure the transport; everything
-    else (``event_hooks``, ``headers``, ``timeout``, ...) goes to
-    ``httpx.Client``. Defaults follow the openai SDK's (limits, a 600 s
-    timeout with 5 s to connect, following redirects), with socket timeouts
-    raised above the watchdog's budgets; given settings win. Proxy
-    environment variables are honoured. ``hermes_transport.httpx2`` has the
-    same factory for ``httpx2`` clients.
+    ``limits``, ``proxy``, ``http1``, ``uds``, ``local_address``,
+    ``socket_options``) configure the transport (``http2=True`` is refused
+    with ``ValueError``); everything else (``event_hooks``, ``headers``,
+    ``timeout``, ...) goes to ``httpx.Client``; ``transport``, ``mounts`` and
+    ``app`` are refused with ``TypeError``, since they would bypass the
+    watchdog. Defaults follow the openai SDK's (1000 connections, 100 kept
+    alive, a 600 s timeout with 5 s to connect, following redirects), with
+    socket timeouts raised above the watchdog's budgets; given settings win.
+    Proxy environment variables (``HTTPS_PROXY``, ``NO_PROXY``, ...) are
+    honoured as httpx honours them, unless ``trust_env=False`` or ``proxy``
+    is given. ``hermes_transport.httpx2`` has the same factory for ``httpx2``
+    clients.
     """
     client: httpx.Client = CLIENTS.client(
         "http_client_for",
@@ -155,7 +196,11 @@ def async_http_client_for(
     interrupt: Interrupt | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``."""
+    """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``.
+
+    The inline decision it records means nothing to ``astream_chat_completion``,
+    which always streams on the running event loop.
+    """
     client: httpx.AsyncClient = CLIENTS.client(
         "async_http_client_for",
         True,

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpcore2
-import httpx2
+try:
+    import httpcore2
+    import httpx2
+except ImportError as exc:  # pragma: no cover - exercised in an environment without httpx2
+    raise ImportError(
+        "hermes_transport.httpx2 needs the httpx2 package;"
+        " install it with: pip install 'hermes-transport[httpx2]'"
+    ) from exc
 
 from .._core.errors import StreamStalled as _BaseStreamStalled
 from .._core.flavor import Flavor, import_helpers
@@ -43,6 +49,10 @@ class StreamStalled(  # type: ignore[misc]
     ``httpx2.ReadTimeout`` and ``httpx2.RemoteProtocolError``.
     """
 
+    # Its public name, even where only this module was imported (a factory given
+    # flavor="httpx2"): in tracebacks, and for pickle, which finds it there.
+    __module__ = "hermes_transport.httpx2"
+
 
 # The httpx2 flavor: what the shared shells look up instead of httpx's names.
 import_helpers("httpcore2._backends.sync", "httpx2._utils")
@@ -53,7 +63,10 @@ class WatchdogTransport(SyncShell[httpx2.BaseTransport], httpx2.BaseTransport):
     """``hermes_transport.WatchdogTransport`` on httpx2: same arguments, policy and errors.
 
     ``inner`` defaults to an ``httpx2.HTTPTransport`` built from
-    ``http_transport_kwargs``.
+    ``http_transport_kwargs``. The SDKs' retries and the limits are those
+    ``hermes_transport.WatchdogTransport`` states, with httpx2's classes: a
+    stall raises this module's ``StreamStalled``, and only an
+    ``httpx2.HTTPTransport`` inner gives guards its sockets before headers.
     """
 
     _flavor = FLAVOR
@@ -77,7 +90,8 @@ class AsyncWatchdogTransport(AsyncShell[httpx2.AsyncBaseTransport], httpx2.Async
     """``hermes_transport.AsyncWatchdogTransport`` on httpx2: same arguments, policy and errors.
 
     ``inner`` defaults to an ``httpx2.AsyncHTTPTransport`` built from
-    ``http_transport_kwargs``.
+    ``http_transport_kwargs``. The SDKs' retries and the limits are those
+    ``hermes_transport.AsyncWatchdogTransport`` states.
     """
 
     _flavor = FLAVOR
@@ -110,7 +124,7 @@ def http_client_for(
     **httpx_client_kwargs: Any,
 ) -> httpx2.Client:
     """An ``httpx2.Client`` over this flavor's ``WatchdogTransport``; as
-    ``hermes_transport.http_client_for``."""
+    ``hermes_transport.http_client_for`` (arguments, defaults, refusals)."""
     client: httpx2.Client = CLIENTS.client(
         "http_client_for",
         False,

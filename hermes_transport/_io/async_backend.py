@@ -1,10 +1,10 @@
 """httpcore async network backend that lets a guard reach the socket of its request.
 
-The async twin of ``_backend``: every stream attaches itself to the guard of
+The async twin of ``backend``: every stream attaches itself to the guard of
 the request that writes to it (new or pooled connection alike), so a kill can
 shut its socket down from any thread. Connecting and the TLS handshake have
 no tracked socket; there a kill cancels the attempt's cancel scope instead
-(see ``AsyncWatchdogTransport``).
+(see ``_transports.async_shell``).
 
 There is no deferred close here: an event loop runs its requests on one
 thread, so httpcore's pool cannot close a socket under a read in progress.
@@ -48,7 +48,7 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
         await self._inner.write(buffer, timeout)
 
     async def aclose(self) -> None:
-        self._detach()  # before close: see the invariants in _guard
+        self._detach()  # before close: see the invariants in _core.guard
         await self._inner.aclose()
 
     async def start_tls(

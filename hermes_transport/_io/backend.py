@@ -4,7 +4,8 @@ httpx gives no handle on the socket a request uses until its headers have
 arrived, and a pooled connection fires no trace event when it is reused. This
 backend wraps every network stream so that whenever a request writes to it
 (every request starts by writing its request line, on a new or a reused
-connection) the stream attaches itself to that request's guard.
+connection) the stream attaches itself to that request's guard. The same
+classes serve httpcore2 (httpx2's core), whose shapes are httpcore's.
 """
 
 from __future__ import annotations
@@ -224,8 +225,9 @@ def track_sockets(
 ) -> bool:
     """Let guards reach the sockets of ``inner`` before headers arrive, if possible.
 
-    Possible when ``inner`` is httpx's own (async) HTTP transport over an
-    httpcore pool: its network backend is wrapped in ``tracking_backend``.
+    Possible when ``inner`` is the flavor's own (async) HTTP transport over
+    its core's pool (httpx over httpcore, httpx2 over httpcore2): its network
+    backend is wrapped in ``tracking_backend``. An HTTP/2 pool is refused.
     """
     pool = getattr(inner, "_pool", None) if isinstance(inner, http_transport) else None
     if not isinstance(pool, pool_class):

@@ -1,6 +1,6 @@
 """Deadline watchers that run on an event loop's own timers: one per loop, no thread.
 
-The async twin of ``_watchdog``, with the same heap and the same lazy
+The async twin of ``watchdog``, with the same heap and the same lazy
 re-arming (a progress event moves ``guard.deadline``; nothing else). The
 loop holds one alarm, set for the earliest deadline; when it rings the
 watcher expires what is overdue and sets it again.
@@ -12,7 +12,7 @@ watcher expires what is overdue and sets it again.
 Everything here runs on the loop's thread, except ``call_soon_threadsafe``,
 which is how a kill from another thread reaches the loop.
 
-Invariant: as in ``_watchdog``, nothing is expired before
+Invariant: as in ``watchdog``, nothing is expired before
 ``monotonic() >= target.deadline``. Every timer is set at most ``MAX_WAIT``
 ahead; a farther deadline is reached in steps.
 """

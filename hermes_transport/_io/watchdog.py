@@ -17,7 +17,10 @@ Nothing a target or a clock does can leave the process without a watcher:
 every sleep is at most ``MAX_WAIT`` (a far deadline is slept towards in steps,
 never handed to ``Condition.wait``, which refuses more than
 ``threading.TIMEOUT_MAX``), an exception in the loop is logged and the loop
-goes on, and ``arm()`` starts a new thread if the last one died.
+goes on, and ``arm()`` starts a new thread if the last one died. A child
+process after ``fork()`` starts with an empty heap and, on first use, its own
+thread. Async code never uses it: each event loop has its own watcher
+(``loop_watchdog``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ wait at once and stops the worker's request.
 
 Errors are the same whatever the openai major: ``StreamStalled`` once the
 call's re-sends are spent, ``StreamInterrupted`` on interrupt, other SDK
-errors as the SDK raised them.
+errors as the SDK raised them. A run binds one ``Call`` (the re-send budget)
+to its context; under it the transport raises its stalls and interrupts as a
+``Handoff``, a ``BaseException`` that passes the SDK's retry loop untouched,
+and the run unwraps it.
 """
 
 from __future__ import annotations
@@ -58,10 +61,24 @@ def stream_chat_completion(
     ``inline=None`` streams as the factory that made ``client`` decided
     (``openai_client_for``), and inline for any other client.
 
+    ``interrupt`` binds a token for this call, on top of the one the client's
+    factory was given.
+
     A stall after the first event is re-sent when none of its content reached
-    ``on_delta``; otherwise it raises, so no text is ever duplicated. With the
-    transport's own re-sends, one call makes at most ``policy.retries + 1``
-    attempts.
+    ``on_delta``; otherwise it raises, so no text is ever duplicated. Stalls
+    cost one call at most ``policy.retries`` re-sends in all, made by the
+    transport (before the first event) or by the runner (after it). The SDK
+    never retries a stall or an interrupt here, on any major (the transport
+    hands them past it as a ``BaseException``), but retries what it retries
+    without the runner (a 5xx, a refused connection, per ``max_retries``):
+    those attempts draw nothing from the budget and are counted in
+    ``StreamStalled.attempts`` (when the first event is watched).
+
+    Raises, on every openai major: ``StreamStalled`` (of the client's flavor)
+    once the re-sends are spent, ``StreamInterrupted`` on interrupt (also
+    when the caller is woken in worker mode), the SDK's own errors
+    (``APIStatusError``, ...) as it raised them, and the HTTP library's
+    ``RemoteProtocolError`` for a stream that ended without a single chunk.
     """
     import openai
 
@@ -83,8 +100,10 @@ async def astream_chat_completion(
 
     ``on_delta`` may be a plain function or a coroutine function (awaited
     before the next chunk is read). ``interrupt`` may be fired from any
-    thread, or from the loop. Cancelling the awaiting task cancels the call
-    as usual, closing its connection.
+    thread, or from the loop. Re-sends, their budget, the SDK's retries and
+    the errors are ``stream_chat_completion``'s. There is no worker mode: the
+    call always runs on the awaiting task, whatever the client's platform.
+    Cancelling that task cancels the call as usual, closing its connection.
     """
     import openai
 
@@ -107,7 +126,10 @@ async def astream_chat_completion(
                     continue
                 if error is exc:
                     raise
-                raise error from error.__cause__  # the SDK wrapper shows as context
+                if not isinstance(exc, Handoff):
+                    raise error from error.__cause__  # the SDK wrapper shows as context
+            # Unwrapped from a Handoff: raised outside the handler, not to show it as context.
+            raise error from error.__cause__
 
 
 @dataclass(frozen=True)
@@ -230,7 +252,10 @@ def _stream(job: _Job) -> ChatCompletion:
                     continue
                 if error is exc:
                     raise
-                raise error from error.__cause__  # the SDK wrapper shows as context
+                if not isinstance(exc, Handoff):
+                    raise error from error.__cause__  # the SDK wrapper shows as context
+            # Unwrapped from a Handoff: raised outside the handler, not to show it as context.
+            raise error from error.__cause__
 
 
 def _stream_on_worker(job: _Job) -> ChatCompletion:

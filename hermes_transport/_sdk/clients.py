@@ -72,9 +72,15 @@ def openai_client_for(
     named (``None``: the HTTP library the installed openai uses natively,
     ``httpx2`` for openai 3.x, ``httpx`` before) from the same arguments (TLS
     and connection settings among ``openai_kwargs`` go there), unless
-    ``openai_kwargs`` holds an ``http_client``, which is then used as given.
-    ``stream_chat_completion`` later streams inline or on a worker thread as
-    ``should_stream_inline`` decides for this platform.
+    ``openai_kwargs`` holds an ``http_client``, which is then used as given
+    (with connection settings or a ``flavor`` too: ``TypeError``); its
+    policy and interrupt are then the ones its factory recorded, unless given
+    here. The SDK's ``timeout`` defaults to one that never undercuts the
+    watchdog's budgets; everything else, ``max_retries`` included, goes to
+    ``openai.OpenAI`` as given. An SDK that refuses the client (openai 1.x
+    takes no httpx2 client) raises its ``TypeError``; a client built here
+    does not leak. ``stream_chat_completion`` later streams inline or on a
+    worker thread as ``should_stream_inline`` decides for this platform.
     """
     import openai
 
@@ -101,8 +107,8 @@ def async_openai_client_for(
 
     Its ``http_client`` comes from ``async_http_client_for`` of the flavor.
     An async caller always streams on its own event loop
-    (``astream_chat_completion``); the platform still picks the policy
-    recorded for the client.
+    (``astream_chat_completion``): the platform's inline decision is recorded
+    but changes nothing; the policy and interrupt recorded with it are used.
     """
     import openai
 

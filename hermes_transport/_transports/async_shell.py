@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 
 from .._core.body import BodyWatch, rebuilt
-from .._core.exchange import Attempt, Exchange, GuardFired
+from .._core.exchange import Attempt, Exchange, GuardFired, shown_cause
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
@@ -145,7 +145,14 @@ class AsyncWatchedStream(BodyWatch):
             error = self._failure(exc)
             if error is None:
                 raise
-            raise error from exc
+            cause = shown_cause(exc)
+            if cause is not None:
+                raise error from cause
+        else:
+            return
+        # The guard fired and no I/O error said so: raised out of the handler, so
+        # that GuardFired is neither the error's cause nor its context.
+        raise error from None
 
     async def aclose(self) -> None:
         if getattr(self._iteration, "ag_running", False):
@@ -160,7 +167,8 @@ class AsyncWatchedStream(BodyWatch):
         self._closed = True
         if self._start_drain():
             await self._drain()
-        # Disarm before the connection can go back to the pool (see _guard).
+        # Disarm before the connection can go back to the pool (see the invariants
+        # in ``_core.guard``).
         self._release_guard()
         self._watcher.release(self._guard)
         try:
@@ -227,9 +235,15 @@ class AsyncShell(Shell[_AsyncInner]):
                     continue
                 if error is exc:
                     raise
-                raise error from exc
-            exchange.succeeded()
-            return response
+                cause = shown_cause(exc)
+                if cause is not None:
+                    raise error from cause
+            else:
+                exchange.succeeded()
+                return response
+            # The guard fired and no I/O error said so: raised out of the handler,
+            # so that GuardFired is neither the error's cause nor its context.
+            raise error from None
 
     async def _send(
         self,

@@ -169,6 +169,7 @@ def profile_for(
     policy: StreamPolicy | None,
     interrupt: Interrupt | None,
 ) -> ClientProfile:
+    """What a factory decides for a client of this kind (``policy`` default: the environment's)."""
     return ClientProfile(
         inline=should_stream_inline(platform, api_mode, provider),
         policy=policy if policy is not None else StreamPolicy.from_env(),

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from .._core.body import BodyWatch, rebuilt
-from .._core.exchange import Attempt, Exchange
+from .._core.exchange import Attempt, Exchange, shown_cause
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
@@ -90,7 +90,14 @@ class WatchedStream(BodyWatch):
             error = self._failure(exc)
             if error is None:
                 raise
-            raise error from exc
+            cause = shown_cause(exc)
+            if cause is not None:
+                raise error from cause
+        else:
+            return
+        # The guard fired and no I/O error said so: raised out of the handler, so
+        # that GuardFired is neither the error's cause nor its context.
+        raise error from None
 
     def close(self) -> None:
         if getattr(self._iteration, "gi_running", False):
@@ -105,7 +112,8 @@ class WatchedStream(BodyWatch):
         self._closed = True
         if self._start_drain():
             self._drain()
-        # Disarm before the connection can go back to the pool (see _guard).
+        # Disarm before the connection can go back to the pool (see the invariants
+        # in ``_core.guard``).
         self._release_guard()
         try:
             self._chunks.close()
@@ -170,9 +178,15 @@ class SyncShell(Shell[_SyncInner]):
                     continue
                 if error is exc:
                     raise
-                raise error from exc
-            exchange.succeeded()
-            return response
+                cause = shown_cause(exc)
+                if cause is not None:
+                    raise error from cause
+            else:
+                exchange.succeeded()
+                return response
+            # The guard fired and no I/O error said so: raised out of the handler,
+            # so that GuardFired is neither the error's cause nor its context.
+            raise error from None
 
     def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
         guard.stage = "headers"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import probe as _probe
+from .options import add_arguments
+from .probe import run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run the openai SDK through every fault scenario of the embedded server,"
         " with and without the watchdog",
     )
-    probe = commands.add_parser(
+    probe_parser = commands.add_parser(
         "probe",
         help="stream one chat completion through the watchdog and print its timeline",
         description="Stream one chat completion through the watchdog and print its timeline:"
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         " Exit 0 healthy, 1 stalled or failed, 2 bad arguments, 130 interrupted (Ctrl+C)."
         " Without --base-url it probes the embedded fault server.",
     )
-    _probe.add_arguments(probe)
+    add_arguments(probe_parser)
     args = parser.parse_args(argv)
     if args.command == "demo":
         # Imported here: the demo needs the openai SDK, which the probe does not load.
@@ -35,6 +36,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(sys.stdout)
     if args.command == "probe":
-        return _probe.run(args, probe, sys.stdout, sys.stderr)
+        return run(args, probe_parser, sys.stdout, sys.stderr)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     return 2  # pragma: no cover

@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..testing import RecordedRequest, Scenario
+    from .scenarios import RecordedRequest, Scenario
 
 __all__ = ["MESSAGES_PATH", "messages_completion", "messages_error", "messages_events", "ping"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import io
 import json
@@ -25,7 +26,13 @@ from hypothesis import strategies as st
 
 from hermes_transport import Interrupt, StreamPolicy
 from hermes_transport.__main__ import main
-from hermes_transport.cli import probe as _probe
+from hermes_transport._core.progress import ProgressMeter
+from hermes_transport.cli import console as _console
+from hermes_transport.cli.console import CtrlC
+from hermes_transport.cli.options import DEFAULT_GAP, ProbeOptions, add_arguments, options_from
+from hermes_transport.cli.probe import probe
+from hermes_transport.cli.redact import MASK, Redactor
+from hermes_transport.cli.timeline import Timeline
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import black_hole
@@ -255,7 +262,7 @@ def test_a_key_echoed_by_the_server_is_masked(
     code, out, err = _probe_cli(capsys, *args, *(["--json"] if as_json else []))
     assert code == 1
     assert KEY not in out + err
-    assert f"HTTP 401: Incorrect API key provided: {_probe.MASK}." in out
+    assert f"HTTP 401: Incorrect API key provided: {MASK}." in out
 
 
 def test_budgets_come_from_the_environment_against_a_base_url_and_options_win(
@@ -386,13 +393,17 @@ _ECHO_SHAPES: dict[str, Callable[[str], bytes]] = {
 
 
 class _EchoServer(http.server.ThreadingHTTPServer):
-    """A loopback server answering every request with the raw bytes of ``response``."""
+    """A loopback server answering every request with the raw bytes of ``response``.
+
+    ``response`` is the bytes, or a list of pieces written one write each, where a
+    number instead pauses that many seconds (so that the pieces arrive in separate reads).
+    """
 
     daemon_threads = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _EchoHandler)
-        self.response = b""
+        self.response: bytes | list[bytes | float] = b""
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}/v1"
 
 
@@ -401,7 +412,14 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.wfile.write(self.server.response)
+        response = self.server.response
+        with contextlib.suppress(OSError):  # the probe hung up (it cut a stall)
+            for piece in [response] if isinstance(response, bytes) else response:
+                if isinstance(piece, bytes):
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+                else:
+                    time.sleep(piece)
         self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -425,19 +443,19 @@ def echo() -> Iterator[_EchoServer]:
 def _probe_echo(echo: _EchoServer, key: str, response: bytes, as_json: bool) -> Output:
     """Probe the echo server answering ``response`` with ``key``: (exit code, stdout, stderr)."""
     echo.response = response
-    options = _probe.ProbeOptions(
+    options = ProbeOptions(
         base_url=echo.base_url,
         model="m",
         prompt="p",
         policy=StreamPolicy(retries=0, stale_timeout=10.0),
-        gap=_probe.DEFAULT_GAP,
+        gap=DEFAULT_GAP,
         scenario=None,
         as_json=as_json,
         api_key_env=KEY_VAR,
         api_key=key,
     )
     out, err = io.StringIO(), io.StringIO()
-    code = _probe.probe(options, out, err)
+    code = probe(options, out, err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -467,7 +485,7 @@ def test_a_key_across_a_cut_is_masked_before_the_cut(
     code, out, err = _probe_cli(capsys, *args, *(["--json"] if as_json else []))
     assert code == expected_code, out
     assert _runs_of(LONG_KEY, out + err) == []
-    assert _probe.MASK in out
+    assert MASK in out
     if as_json:
         json.loads(out)
 
@@ -486,7 +504,7 @@ def test_a_key_echoed_in_pieces_is_masked_piece_by_piece(
     assert code == 1
     assert _runs_of(LONG_KEY, out + err) == []
     message = json.loads(out)["detail"] if as_json else out
-    assert f"bad key {_probe.MASK}" in message
+    assert f"bad key {MASK}" in message
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
@@ -497,7 +515,7 @@ def test_a_key_the_server_escapes_in_json_is_masked_once_decoded(
     code, out, err = _probe_echo(echo, LONG_KEY, _escaped_json_error(LONG_KEY), as_json)
     assert code == 1
     assert _runs_of(LONG_KEY, out + err) == []
-    assert f"HTTP 401: {_probe.MASK}" in out
+    assert f"HTTP 401: {MASK}" in out
 
 
 def test_a_content_type_echoing_the_key_is_masked(echo: _EchoServer) -> None:
@@ -506,8 +524,8 @@ def test_a_content_type_echoing_the_key_is_masked(echo: _EchoServer) -> None:
     code, out, err = _probe_echo(echo, LONG_KEY, response, as_json=False)
     assert code == 1
     assert _runs_of(LONG_KEY, out + err) == []
-    assert f"headers: HTTP 200, Text/{_probe.MASK}; charset={_probe.MASK}" in out
-    assert f"answered Text/{_probe.MASK}, not an event stream" in out
+    assert f"headers: HTTP 200, Text/{MASK}; charset={MASK}" in out
+    assert f"answered Text/{MASK}, not an event stream" in out
 
 
 @st.composite
@@ -575,7 +593,7 @@ def test_property_the_redactor_leaves_no_run_of_the_key_in_any_text(
         )
     )
     text = "".join(pieces)
-    redact = _probe.Redactor(key)
+    redact = Redactor(key)
     assert _runs_of(key, redact(text)) == []
     limit = data.draw(st.integers(0, 300))
     clipped = redact.clip(text, limit)
@@ -602,24 +620,189 @@ _JSON_VALUES = st.recursive(
 @given(value=_JSON_VALUES)
 def test_property_without_a_key_the_redactor_changes_nothing(value: Any) -> None:
     """Without a key, or with one the text does not hold, the redactor writes text and JSON exactly as json.dumps would."""
-    for redact in (_probe.Redactor(None), _probe.Redactor("\x00never-in-the-text\x00")):
+    for redact in (Redactor(None), Redactor("\x00never-in-the-text\x00")):
         assert redact.json(value) == json.dumps(value)
         assert redact(json.dumps(value)) == json.dumps(value)
 
 
 def test_a_mark_across_a_cut_is_left_out_whole() -> None:
     """A cut that would split the mark in two cuts before it instead."""
-    redact = _probe.Redactor(LONG_KEY)
+    redact = Redactor(LONG_KEY)
     assert redact.clip("x" * 195 + LONG_KEY, 200) == "x" * 195
-    assert redact.clip("x" * 191 + LONG_KEY, 200) == "x" * 191 + _probe.MASK
+    assert redact.clip("x" * 191 + LONG_KEY, 200) == "x" * 191 + MASK
 
 
 def test_the_mark_is_one_the_key_cannot_run_into() -> None:
     """A key that holds the characters of "[api key]" is masked with another mark, still leaving no run of it."""
     key = "ab[api key]cdefgh"
-    redact = _probe.Redactor(key)
-    assert redact.mark != _probe.MASK
+    redact = Redactor(key)
+    assert redact.mark != MASK
     assert _runs_of(key, redact(f"1{key}2 [api {key[:9]} key]")) == []
+
+
+# --- counting events as the transport does -------------------------------------------------
+
+PING = b"event: ping\ndata: {}\n\n"
+SPLIT = 0.02  # seconds between pieces: each piece arrives in a read of its own
+
+
+def _sse(*pieces: bytes | float, encoding: str = "") -> list[bytes | float]:
+    """An event-stream response whose body is ``pieces`` (a number pauses), Content-Length framed."""
+    body = b"".join(piece for piece in pieces if isinstance(piece, bytes))
+    head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    if encoding:
+        head += f"Content-Encoding: {encoding}\r\n"
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return [head.encode("latin-1"), *pieces]
+
+
+def _transport_count(pieces: list[bytes | float]) -> int:
+    """The progress events the transport's meter counts in ``pieces``, with the default policy."""
+    meter = ProgressMeter(heartbeat_events=StreamPolicy().heartbeat_events)
+    for piece in pieces:
+        if isinstance(piece, bytes):
+            meter.feed(piece)
+    return meter.events
+
+
+def _probe_pieces(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer, pieces: list[bytes | float], *args: str
+) -> tuple[int, dict[str, Any]]:
+    """Probe the echo server answering an event stream of ``pieces``: (exit code, JSON report)."""
+    echo.response = _sse(*pieces)
+    return _probe_json(capsys, "--base-url", echo.base_url, "--model", "m", *args)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+def test_a_heartbeat_event_with_data_is_not_a_progress_event(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer, as_json: bool
+) -> None:
+    """An `event: ping` carrying data followed by one data event is 1 event and 1 heartbeat for the probe, as for the transport's meter under the default policy."""
+    pieces: list[bytes | float] = [PING, b'data: {"x":1}\n\n']
+    assert _transport_count(pieces) == 1
+    echo.response = _sse(*pieces)
+    args = ["--base-url", echo.base_url, "--model", "m"]
+    if as_json:
+        code, report = _probe_json(capsys, *args)
+        assert report["events"] == 1
+        assert (report["heartbeats"], report["comments"]) == (1, 0)
+    else:
+        code, out, _ = _probe_cli(capsys, *args)
+        assert "verdict: healthy: 1 event(s)" in out
+        assert ", 1 event(s), 0 comment(s), 1 heartbeat event(s), largest gap" in out
+        assert " s  1 heartbeat event(s) (event: ping) at " in out
+    assert code == 0
+
+
+# Each is a body in pieces, each piece a read of its own, and its progress events.
+_TRICKY_BODIES: dict[str, tuple[list[bytes], int]] = {
+    "heartbeat then data": ([PING + b'data: {"x":1}\n\n'], 1),
+    "heartbeat, CRLF": ([b"event: ping\r\ndata: {}\r\n\r\ndata: 1\r\n\r\n"], 1),
+    "heartbeat, no space after the colon": ([b"event:ping\ndata:\n\ndata: 1\n\n"], 1),
+    "heartbeat, the last event field wins": (
+        [b"event: delta\nevent: ping\ndata: 1\n\nevent: ping\nevent: delta\ndata: 2\n\n"],
+        1,
+    ),
+    "heartbeat, its [DONE] is no [DONE]": ([b"data: 1\n\nevent: ping\ndata: [DONE]\n\n"], 1),
+    "CRLF": ([b"data: 1\r\n\r\ndata: 2\r\n\r\n"], 2),
+    "CR only": ([b"data: 1\r\rdata: 2\r\r"], 2),
+    "CRLF split across reads": ([b"data: 1\r", b"\n\r", b"\ndata: 2\r\n", b"\r\n"], 2),
+    "fields split across reads": (
+        [b"da", b"ta: 1\n", b"\n", b"event: pi", b"ng\ndata: {}\n\n"],
+        1,
+    ),
+    "comments": ([b": keepalive\n\n: x\ndata: 1\n: inside an event\n\n:\n\n"], 1),
+    "events without data": ([b"event: delta\n\nid: 3\n\nretry: 5\n\ndata\n\n"], 1),
+    "BOM": ([b"\xef\xbb\xbfdata: 1\n\n"], 1),
+    "BOM split across reads": ([b"\xef\xbb", b"\xbfdata: 1\n\n"], 1),
+    "BOM, then a heartbeat": ([b"\xef\xbb\xbf" + PING + b"data: 1\n\n"], 1),
+    "form feed is no line break": ([b"data: 1\n\x0c\ndata: 2\n\n"], 1),
+    "record separator is no line break": ([b"data: 1\n\x1e\ndata: 2\n\n"], 1),
+    "unfinished last event": ([b"data: 1\n\ndata: 2\n"], 1),
+}
+
+
+@pytest.mark.parametrize("case", list(_TRICKY_BODIES))
+def test_the_probe_counts_the_events_the_transport_counts(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer, case: str
+) -> None:
+    """Whatever the line endings, read boundaries, comments, BOM, heartbeat types or events without data, the probe counts exactly the progress events the transport's meter counts."""
+    reads, expected = _TRICKY_BODIES[case]
+    pieces: list[bytes | float] = []
+    for read in reads:
+        pieces += [read, SPLIT]
+    assert _transport_count(pieces) == expected
+    code, report = _probe_pieces(capsys, echo, pieces)
+    assert code == 0, report["detail"]
+    assert report["events"] == expected
+    assert _kinds(report).count("first_event") == 1
+
+
+def test_the_first_event_is_the_first_progress_event_not_a_heartbeat(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer
+) -> None:
+    """A stream that pings before its first data event marks "first event" when the data comes, after the heartbeat, as the transport's first-event budget sees it."""
+    code, report = _probe_pieces(capsys, echo, [PING, 0.5, b"data: 1\n\ndata: [DONE]\n\n"])
+    assert code == 0, report["detail"]
+    assert (report["events"], report["done"]) == (2, True)
+    headers = next(mark for mark in report["timeline"] if mark["kind"] == "headers")
+    assert report["first_event_at"] - headers["at"] >= 0.25
+    assert report["heartbeats"] == 1
+    kinds = _kinds(report)
+    assert kinds.index("heartbeats") < kinds.index("first_event")
+
+
+def test_heartbeats_only_after_an_event_stall_and_are_named_as_keepalives(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer
+) -> None:
+    """Heartbeat events every 0.1 s after the first data event do not keep the stream alive: the probe stalls mid-stream after event 1 and says how many heartbeats came, which are not progress."""
+    pieces: list[bytes | float] = [b"data: 1\n\n"]
+    for _ in range(40):
+        pieces += [0.1, PING]
+    code, report = _probe_pieces(capsys, echo, pieces, "--stale", "0.6")
+    assert code == 1
+    assert report["verdict"] == "stalled"
+    assert report["stall"]["stage"] == "mid_stream"
+    assert report["stall"]["waiting_for"] == "event 2"
+    assert report["events"] == 1
+    assert report["heartbeats"] >= 2
+    assert (
+        f"{report['heartbeats']} heartbeat event(s) came meanwhile,"
+        " and heartbeat events (keepalives) are not progress"
+    ) in report["detail"]
+
+
+def test_comments_in_a_gzip_stream_are_still_read(
+    capsys: pytest.CaptureFixture[str], server: FaultServer
+) -> None:
+    """A gzip-encoded stream of one event and then keepalive comments is decoded: 1 event, its comments counted and sampled, and a mid-stream stall."""
+    server.scenario = Scenario.comments_after(1, interval=0.1, gzip=True)
+    code, report = _probe_json(
+        capsys, "--base-url", server.base_url, "--model", "m", "--stale", "0.5"
+    )
+    assert code == 1
+    assert (report["events"], report["stall"]["stage"]) == (1, "mid_stream")
+    assert report["comments"] >= 2
+    (run,) = [mark for mark in report["timeline"] if mark["kind"] == "comments"]
+    assert run["sample"] == ": keepalive"
+
+
+def test_a_body_the_watchdog_cannot_decode_counts_every_chunk_as_the_watchdog_does(
+    capsys: pytest.CaptureFixture[str], echo: _EchoServer
+) -> None:
+    """With a content-encoding the transport's meter cannot decode, the probe says so and counts every chunk as progress, as the watchdog does, so comments alone do not stall it."""
+    pieces: list[bytes | float] = [b"data: 1\n\n"]
+    for _ in range(8):
+        pieces += [0.1, b": keepalive\n\n"]
+    echo.response = _sse(*pieces, encoding="x-unknown")
+    code, out, _ = _probe_cli(
+        capsys, "--base-url", echo.base_url, "--model", "m", "--stale", "0.5", "--json"
+    )
+    report = json.loads(out)
+    assert code == 0, report["detail"]
+    assert report["events"] >= 2  # the first chunk, and then chunks of comments
+    assert "blind" in _kinds(report)
+    assert report["comments"] == 0  # not read as lines: the watchdog does not either
 
 
 # --- bad arguments ------------------------------------------------------------------------
@@ -718,7 +901,7 @@ def test_off_a_terminal_plain_waiting_lines_and_no_carriage_return(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When stderr is not a terminal the probe writes no carriage return anywhere and reports a long wait as plain "still waiting" lines."""
-    monkeypatch.setattr(_probe, "PLAIN_TICK", 0.3)
+    monkeypatch.setattr(_console, "PLAIN_TICK", 0.3)
     code, out, err = _probe_cli(capsys, "--scenario", "silent", "--stale", "1")
     assert code == 1
     assert "\r" not in out + err
@@ -733,27 +916,25 @@ def test_nothing_the_probe_started_outlives_it(
     monkeypatch: pytest.MonkeyPatch, terminal: bool
 ) -> None:
     """When the probe returns, its live-line and Ctrl+C threads and the embedded server's threads are gone, and the SIGINT handler is the previous one."""
-    slow_waiting = _probe.Timeline.waiting
+    slow_waiting = Timeline.waiting
 
-    def waiting(timeline: _probe.Timeline, policy: StreamPolicy) -> str:
+    def waiting(timeline: Timeline, policy: StreamPolicy) -> str:
         time.sleep(0.25)  # the live line is busy drawing when the probe ends
         return slow_waiting(timeline, policy)
 
-    monkeypatch.setattr(_probe.Timeline, "waiting", waiting)
-    monkeypatch.setattr(_probe, "PLAIN_TICK", 0.1)
+    monkeypatch.setattr(Timeline, "waiting", waiting)
+    monkeypatch.setattr(_console, "PLAIN_TICK", 0.1)
     before = signal.getsignal(signal.SIGINT)
     err = _Terminal() if terminal else io.StringIO()
-    assert (
-        _probe.probe(_options("--scenario", "silent", "--stale", "0.3"), io.StringIO(), err) == 1
-    )
+    assert probe(_options("--scenario", "silent", "--stale", "0.3"), io.StringIO(), err) == 1
     assert _probe_threads() == []
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def _options(*argv: str) -> _probe.ProbeOptions:
+def _options(*argv: str) -> ProbeOptions:
     parser = argparse.ArgumentParser()
-    _probe.add_arguments(parser)
-    return _probe.options_from(parser.parse_args(argv), parser)
+    add_arguments(parser)
+    return options_from(parser.parse_args(argv), parser)
 
 
 # --- Ctrl+C -------------------------------------------------------------------------------
@@ -762,7 +943,7 @@ def _options(*argv: str) -> _probe.ProbeOptions:
 def test_ctrl_c_sets_the_token_then_a_second_one_raises_keyboard_interrupt() -> None:
     """The first Ctrl+C interrupts the token (from a helper thread), a second raises KeyboardInterrupt at once."""
     token = Interrupt()
-    with _probe.CtrlC(token) as ctrl_c:
+    with CtrlC(token) as ctrl_c:
         ctrl_c._handler(signal.SIGINT, None)
         assert token.wait(5.0)
         assert token.reason == "Ctrl+C"
@@ -776,7 +957,7 @@ def test_an_ignored_sigint_stays_ignored(request: pytest.FixtureRequest) -> None
         pytest.skip("signal handlers live on the main thread")
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
-    with _probe.CtrlC(Interrupt()):
+    with CtrlC(Interrupt()):
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 

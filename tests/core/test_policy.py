@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import pickle
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
 
+from hermes_transport import StreamStalled
 from hermes_transport._core.policy import MAX_SECONDS, StreamPolicy
+from hermes_transport.testing import FaultServer, Scenario
+
+from _support import Flavor, chat_body
 
 STALE = "HERMES_STREAM_STALE_TIMEOUT"
 FIRST = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
@@ -18,6 +25,12 @@ RETRIES = "HERMES_STREAM_RETRIES"
 HEARTBEATS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 ALL_VARS = (STALE, FIRST, RETRIES, HEARTBEATS)
 TIMEOUT_FIELDS = ("stale_timeout", "first_event_timeout")
+# Each timeout field, the variable that sets it and the budget property it bounds.
+BUDGETS = [
+    pytest.param("stale_timeout", STALE, "stale_budget", id="stale"),
+    pytest.param("first_event_timeout", FIRST, "first_event_budget", id="first_event"),
+]
+SAME = StreamPolicy.SAME_AS_STALE
 
 
 def _build(**fields: Any) -> StreamPolicy:
@@ -31,7 +44,8 @@ def _build(**fields: Any) -> StreamPolicy:
 def test_defaults() -> None:
     """The default policy is a 180 s stall budget, first event inheriting it, and 2 re-sends."""
     policy = StreamPolicy()
-    assert (policy.stale_timeout, policy.first_event_timeout, policy.retries) == (180.0, None, 2)
+    assert (policy.stale_timeout, policy.first_event_timeout, policy.retries) == (180.0, SAME, 2)
+    assert policy.first_event_timeout is StreamPolicy.SAME_AS_STALE
     assert (policy.stale_budget, policy.first_event_budget) == (180.0, 180.0)
     assert policy.heartbeat_events == frozenset({"ping"})
 
@@ -62,27 +76,31 @@ def test_policies_compare_and_hash_by_value() -> None:
 @pytest.mark.parametrize(
     ("stale", "first", "stale_budget", "first_budget"),
     [
-        (180.0, None, 180.0, 180.0),
-        (30.0, None, 30.0, 30.0),
+        (180.0, SAME, 180.0, 180.0),
+        (30.0, SAME, 30.0, 30.0),
         (30.0, 600.0, 30.0, 600.0),
         (30.0, 5.0, 30.0, 5.0),
+        (30.0, None, 30.0, None),
         (30.0, math.inf, 30.0, None),
+        (None, SAME, None, None),
         (None, None, None, None),
         (None, 60.0, None, 60.0),
         (None, math.inf, None, None),
+        (math.inf, SAME, None, None),
         (math.inf, None, None, None),
         (math.inf, 10.0, None, 10.0),
         (math.inf, math.inf, None, None),
-        (0.001, None, 0.001, 0.001),
+        (0.001, SAME, 0.001, 0.001),
     ],
+    ids=repr,
 )
 def test_budgets(
     stale: float | None,
-    first: float | None,
+    first: Any,
     stale_budget: float | None,
     first_budget: float | None,
 ) -> None:
-    """``first_event_timeout=None`` inherits the stale timeout and ``math.inf`` means no bound."""
+    """``SAME_AS_STALE`` inherits the stale timeout, and ``None`` or ``math.inf`` mean no bound for either."""
     policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first)
     assert policy.stale_budget == stale_budget
     assert policy.first_event_budget == first_budget
@@ -94,19 +112,51 @@ def test_budgets(
 @pytest.mark.parametrize("field", TIMEOUT_FIELDS)
 @pytest.mark.parametrize(
     "value",
-    [0, 0.0, -0.0, -1, -1.5, -math.inf, math.nan, True, False, "30", "off", b"30", [30], object()],
+    [
+        0,
+        0.0,
+        -0.0,
+        -1,
+        -1.5,
+        -math.inf,
+        math.nan,
+        True,
+        False,
+        "30",
+        "off",
+        "inf",
+        "same as stale",
+        "SAME_AS_STALE",
+        b"30",
+        [30],
+        object(),
+    ],
     ids=lambda value: "object()" if type(value) is object else repr(value),  # stable for xdist
 )
 def test_invalid_timeouts_raise_naming_the_field(field: str, value: object) -> None:
-    """Zero, negative, NaN, bool and non-numeric timeouts raise ``ValueError`` naming the field."""
-    with pytest.raises(ValueError, match=field):
+    """Zero, negative, NaN, bool and non-numeric timeouts (strings such as "off" included) raise ``ValueError`` naming the field and saying None turns it off."""
+    with pytest.raises(ValueError, match=rf"^{field} .*None for no bound"):
         _build(**{field: value})
+
+
+@pytest.mark.parametrize("field", TIMEOUT_FIELDS)
+def test_only_the_first_event_field_names_the_sentinel_in_its_message(field: str) -> None:
+    """A refused first_event_timeout suggests ``StreamPolicy.SAME_AS_STALE``; a refused stale_timeout does not."""
+    with pytest.raises(ValueError, match=field) as info:
+        _build(**{field: -1})
+    assert ("StreamPolicy.SAME_AS_STALE" in str(info.value)) == (field == "first_event_timeout")
+
+
+def test_the_sentinel_is_refused_for_the_stale_timeout() -> None:
+    """``stale_timeout=SAME_AS_STALE`` (a budget that would follow itself) raises ``ValueError`` naming ``stale_timeout``."""
+    with pytest.raises(ValueError, match=r"^stale_timeout cannot be StreamPolicy\.SAME_AS_STALE"):
+        _build(stale_timeout=StreamPolicy.SAME_AS_STALE)
 
 
 @pytest.mark.parametrize("field", TIMEOUT_FIELDS)
 @pytest.mark.parametrize(
     ("value", "stored"),
-    [(1, 1.0), (30, 30.0), (0.5, 0.5), (1e-9, 1e-9), (10**6, 1e6), (math.inf, math.inf)],
+    [(1, 1.0), (30, 30.0), (0.5, 0.5), (1e-9, 1e-9), (10**6, 1e6)],
     ids=repr,
 )
 def test_valid_timeouts_are_stored_as_float(field: str, value: float, stored: float) -> None:
@@ -116,10 +166,171 @@ def test_valid_timeouts_are_stored_as_float(field: str, value: float, stored: fl
     assert type(got) is float
 
 
-@pytest.mark.parametrize("field", TIMEOUT_FIELDS)
-def test_none_timeouts_are_accepted(field: str) -> None:
-    """``None`` is a valid value for either timeout."""
-    assert getattr(_build(**{field: None}), field) is None
+@pytest.mark.parametrize(("field", "var", "budget"), BUDGETS)
+@pytest.mark.parametrize("off", [None, math.inf, float("inf")], ids=repr)
+def test_none_or_infinity_turns_either_budget_off(
+    field: str, var: str, budget: str, off: float | None
+) -> None:
+    """``None`` turns either budget off, and ``math.inf`` is the same thing, stored as ``None``."""
+    policy = _build(**{field: off})
+    assert getattr(policy, field) is None
+    assert getattr(policy, budget) is None
+    assert policy == _build(**{field: None})
+    assert hash(policy) == hash(_build(**{field: None}))
+
+
+@pytest.mark.parametrize("off", [None, math.inf], ids=repr)
+def test_first_event_bound_off_keeps_the_stall_watch(off: float | None) -> None:
+    """An off first-event bound (``None``, or its synonym ``math.inf``) leaves the stale budget in force."""
+    policy = StreamPolicy(stale_timeout=30, first_event_timeout=off)
+    assert (policy.stale_budget, policy.first_event_budget) == (30.0, None)
+
+
+def test_none_for_the_first_event_is_off_not_the_default() -> None:
+    """``first_event_timeout=None`` turns the first-event bound off: a policy of its own, not the default that follows the stale timeout."""
+    assert StreamPolicy(first_event_timeout=None) != StreamPolicy()
+    assert StreamPolicy(first_event_timeout=None).first_event_budget is None
+
+
+@pytest.mark.parametrize(
+    ("first", "stale", "budget"),
+    [(SAME, 30.0, 30.0), (SAME, None, None), (SAME, math.inf, None), (10.0, None, 10.0)],
+    ids=repr,
+)
+def test_off_stale_timeout_turns_an_inheriting_first_event_bound_off(
+    first: Any, stale: float | None, budget: float | None
+) -> None:
+    """A first event bound that inherits the stale timeout follows it, off included; an explicit one does not."""
+    assert (
+        StreamPolicy(stale_timeout=stale, first_event_timeout=first).first_event_budget == budget
+    )
+
+
+# --------------------------------------------------------------------------- the sentinel
+
+
+def test_the_sentinel_reprs_as_its_public_name() -> None:
+    """``SAME_AS_STALE`` shows as ``StreamPolicy.SAME_AS_STALE``, alone and in a policy's repr."""
+    assert repr(StreamPolicy.SAME_AS_STALE) == "StreamPolicy.SAME_AS_STALE"
+    assert str(StreamPolicy.SAME_AS_STALE) == "StreamPolicy.SAME_AS_STALE"
+    assert "first_event_timeout=StreamPolicy.SAME_AS_STALE," in repr(StreamPolicy())
+
+
+def test_a_policy_repr_evaluates_back_to_an_equal_policy() -> None:
+    """The repr of a policy, default or not, is an expression for an equal policy."""
+    for policy in (
+        StreamPolicy(),
+        StreamPolicy(stale_timeout=None, first_event_timeout=5.0, retries=0),
+        StreamPolicy(stale_timeout=30.0, first_event_timeout=None, heartbeat_events=frozenset()),
+    ):
+        assert eval(repr(policy), {"StreamPolicy": StreamPolicy}) == policy
+
+
+def test_the_sentinel_is_one_object_reachable_from_class_and_instances() -> None:
+    """The class attribute, an instance's attribute and a default policy's field are the same object."""
+    policy = StreamPolicy(first_event_timeout=5.0)
+    assert policy.SAME_AS_STALE is StreamPolicy.SAME_AS_STALE
+    assert StreamPolicy().first_event_timeout is StreamPolicy.SAME_AS_STALE
+    assert "SAME_AS_STALE" not in {f.name for f in dataclasses.fields(StreamPolicy)}
+
+
+def _pickled(value: Any, protocol: int) -> Any:
+    return pickle.loads(pickle.dumps(value, protocol=protocol))
+
+
+COPIES = [
+    pytest.param(copy.copy, id="copy"),
+    pytest.param(copy.deepcopy, id="deepcopy"),
+    *[
+        pytest.param(lambda v, p=protocol: _pickled(v, p), id=f"pickle-{protocol}")
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1)
+    ],
+]
+
+
+@pytest.mark.parametrize("clone", COPIES)
+def test_the_sentinel_keeps_its_identity_when_copied_or_pickled(clone: Any) -> None:
+    """``copy``, ``deepcopy`` and every pickle protocol give back the very same sentinel, alone or in a policy."""
+    assert clone(StreamPolicy.SAME_AS_STALE) is StreamPolicy.SAME_AS_STALE
+    policy = clone(StreamPolicy(stale_timeout=30.0))
+    assert policy.first_event_timeout is StreamPolicy.SAME_AS_STALE
+    assert policy.first_event_budget == 30.0
+
+
+@pytest.mark.parametrize("clone", COPIES)
+@pytest.mark.parametrize(
+    "policy",
+    [
+        StreamPolicy(),
+        StreamPolicy(first_event_timeout=None),
+        StreamPolicy(stale_timeout=None),
+        StreamPolicy(stale_timeout=None, first_event_timeout=None, retries=0),
+        StreamPolicy(stale_timeout=5.0, first_event_timeout=60.0, heartbeat_events=frozenset()),
+    ],
+    ids=repr,
+)
+def test_copied_and_pickled_policies_are_equal_with_equal_hashes(
+    clone: Any, policy: StreamPolicy
+) -> None:
+    """A copied or unpickled policy equals the original, hashes the same and has the same budgets."""
+    got = clone(policy)
+    assert got == policy
+    assert hash(got) == hash(policy)
+    assert (got.stale_budget, got.first_event_budget) == (
+        policy.stale_budget,
+        policy.first_event_budget,
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "changes", "first", "first_budget"),
+    [
+        (StreamPolicy(), {"stale_timeout": 30.0}, SAME, 30.0),
+        (StreamPolicy(), {"stale_timeout": None}, SAME, None),
+        (StreamPolicy(), {"retries": 0}, SAME, 180.0),
+        (StreamPolicy(first_event_timeout=5.0), {"first_event_timeout": SAME}, SAME, 180.0),
+        (StreamPolicy(first_event_timeout=None), {"stale_timeout": 30.0}, None, None),
+        (StreamPolicy(), {"first_event_timeout": None}, None, None),
+        (StreamPolicy(), {"first_event_timeout": math.inf}, None, None),
+    ],
+    ids=repr,
+)
+def test_replace_keeps_or_sets_the_sentinel(
+    policy: StreamPolicy, changes: dict[str, Any], first: Any, first_budget: float | None
+) -> None:
+    """``dataclasses.replace`` keeps ``SAME_AS_STALE`` (which then follows a new stale timeout) unless told otherwise."""
+    got = dataclasses.replace(policy, **changes)
+    assert got.first_event_timeout is first
+    assert got.first_event_budget == first_budget
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({}, {"first_event_timeout": SAME}),
+        ({"stale_timeout": 30}, {"stale_timeout": 30.0, "first_event_timeout": SAME}),
+        ({"first_event_timeout": None}, {"first_event_timeout": math.inf}),
+        ({"stale_timeout": None}, {"stale_timeout": math.inf}),
+    ],
+    ids=repr,
+)
+def test_the_same_settings_spelled_differently_are_equal(
+    a: dict[str, Any], b: dict[str, Any]
+) -> None:
+    """Default and explicit ``SAME_AS_STALE``, or ``None`` and ``math.inf``, make equal, equally hashed policies."""
+    assert _build(**a) == _build(**b)
+    assert hash(_build(**a)) == hash(_build(**b))
+    assert len({_build(**a), _build(**b)}) == 1
+
+
+def test_following_the_stale_timeout_differs_from_copying_its_value() -> None:
+    """``SAME_AS_STALE``, off and an explicit 180 s are three different first-event settings, though two share a budget."""
+    policies = {
+        StreamPolicy(),
+        StreamPolicy(first_event_timeout=None),
+        StreamPolicy(first_event_timeout=180.0),
+    }
+    assert len(policies) == 3
 
 
 @pytest.mark.parametrize("value", [-1, -100, True, False, 1.0, 2.5, "2", None, math.nan], ids=repr)
@@ -200,11 +411,13 @@ def test_replace_refuses_huge_budgets(changes: dict[str, Any], field: str) -> No
         dataclasses.replace(StreamPolicy(), **changes)
 
 
-def test_infinity_and_none_keep_their_meanings() -> None:
-    """``math.inf`` and ``None`` are not budgets above the maximum: they turn bounds off as before."""
-    assert StreamPolicy(stale_timeout=math.inf).stale_budget is None
-    assert StreamPolicy(first_event_timeout=math.inf).first_event_budget is None
-    assert StreamPolicy(stale_timeout=None, first_event_timeout=None).first_event_budget is None
+@pytest.mark.parametrize(("field", "var", "budget"), BUDGETS)
+@pytest.mark.parametrize("off", [None, math.inf], ids=repr)
+def test_infinity_and_none_are_not_budgets_above_the_maximum(
+    field: str, var: str, budget: str, off: float | None
+) -> None:
+    """``math.inf`` and ``None`` are not budgets above the maximum: either turns either bound off."""
+    assert getattr(_build(**{field: off}), budget) is None
 
 
 @pytest.mark.parametrize("var", [STALE, FIRST])
@@ -217,11 +430,16 @@ def test_from_env_budgets_above_the_maximum_raise_naming_variable(var: str, raw:
         StreamPolicy.from_env({var: raw})
 
 
+@pytest.mark.parametrize(("field", "var", "budget"), BUDGETS)
 @pytest.mark.parametrize("raw", ["inf", "Infinity", "+inf", "INF", " inf "])
-def test_from_env_a_spelled_out_infinity_is_no_bound(raw: str) -> None:
-    """An explicit ``inf`` in the environment still means no bound, as ``off`` does for the first event."""
-    assert StreamPolicy.from_env({STALE: raw}).stale_budget is None
-    assert StreamPolicy.from_env({FIRST: raw}).first_event_budget is None
+def test_from_env_a_spelled_out_infinity_is_no_bound(
+    field: str, var: str, budget: str, raw: str
+) -> None:
+    """An explicit ``inf`` in either variable means no bound, stored as ``None`` exactly as ``off`` is."""
+    policy = StreamPolicy.from_env({var: raw})
+    assert getattr(policy, field) is None
+    assert getattr(policy, budget) is None
+    assert policy == StreamPolicy.from_env({var: "off"})
 
 
 def test_from_env_the_maximum_itself_is_accepted() -> None:
@@ -251,7 +469,10 @@ def test_from_env_ignores_unrelated_variables() -> None:
         ({STALE: " 45 "}, StreamPolicy(stale_timeout=45.0)),
         ({STALE: "1e3"}, StreamPolicy(stale_timeout=1000.0)),
         ({STALE: "inf"}, StreamPolicy(stale_timeout=math.inf)),
+        ({STALE: "off"}, StreamPolicy(stale_timeout=None)),
         ({FIRST: "600"}, StreamPolicy(first_event_timeout=600.0)),
+        ({FIRST: "off"}, StreamPolicy(first_event_timeout=None)),
+        ({FIRST: "inf"}, StreamPolicy(first_event_timeout=None)),
         ({FIRST: "\t0.25\n"}, StreamPolicy(first_event_timeout=0.25)),
         ({RETRIES: "0"}, StreamPolicy(retries=0)),
         ({RETRIES: "5"}, StreamPolicy(retries=5)),
@@ -268,20 +489,51 @@ def test_from_env_parses_each_variable(env: dict[str, str], expected: StreamPoli
     assert StreamPolicy.from_env(env) == expected
 
 
+@pytest.mark.parametrize(("field", "var", "budget"), BUDGETS)
 @pytest.mark.parametrize("raw", ["off", "OFF", "Off", "oFf", " off ", "\toff\n"], ids=repr)
-def test_from_env_off_turns_stall_watch_off(raw: str) -> None:
-    """``off`` for the stale timeout (any case, padded) means ``None``: no stall watch at all."""
-    policy = StreamPolicy.from_env({STALE: raw})
-    assert policy.stale_timeout is None
+def test_from_env_off_means_none_for_either_variable(
+    field: str, var: str, budget: str, raw: str
+) -> None:
+    """``off`` (any case, padded) in either variable stores ``None`` in its field, as the constructor's ``None`` does."""
+    policy = StreamPolicy.from_env({var: raw})
+    assert getattr(policy, field) is None
+    assert getattr(policy, budget) is None
+    assert policy == _build(**{field: None})
+
+
+def test_from_env_off_turns_the_stall_watch_off_and_an_unset_first_event_bound_follows() -> None:
+    """With only the stale variable ``off``, no stall watch and no first-event bound (it follows the stale one)."""
+    policy = StreamPolicy.from_env({STALE: "off"})
+    assert policy.first_event_timeout is StreamPolicy.SAME_AS_STALE
     assert (policy.stale_budget, policy.first_event_budget) == (None, None)
 
 
-@pytest.mark.parametrize("raw", ["off", "OFF", "Off", " off ", "\toff\n"], ids=repr)
-def test_from_env_off_turns_first_event_bound_off(raw: str) -> None:
-    """``off`` for the first-event timeout means ``math.inf``: no first-event bound, stall watch on."""
-    policy = StreamPolicy.from_env({FIRST: raw, STALE: "30"})
-    assert policy.first_event_timeout == math.inf
+def test_from_env_off_turns_the_first_event_bound_off_and_keeps_the_stall_watch() -> None:
+    """With the first-event variable ``off``, the first event is unbounded and the stale budget still applies."""
+    policy = StreamPolicy.from_env({FIRST: "off", STALE: "30"})
+    assert policy == StreamPolicy(stale_timeout=30.0, first_event_timeout=None)
     assert (policy.stale_budget, policy.first_event_budget) == (30.0, None)
+
+
+@pytest.mark.parametrize(
+    ("env", "stale_budget", "first_budget"),
+    [
+        ({}, 180.0, 180.0),
+        ({STALE: "30"}, 30.0, 30.0),
+        ({STALE: "off"}, None, None),
+        ({STALE: "30", FIRST: ""}, 30.0, 30.0),
+        ({STALE: "30", FIRST: "off"}, 30.0, None),
+        ({STALE: "off", FIRST: "60"}, None, 60.0),
+        ({STALE: "off", FIRST: "off"}, None, None),
+    ],
+    ids=repr,
+)
+def test_from_env_budgets(
+    env: dict[str, str], stale_budget: float | None, first_budget: float | None
+) -> None:
+    """An unset or empty first-event variable follows the stale one; ``off`` turns off only the bound it names."""
+    policy = StreamPolicy.from_env(env)
+    assert (policy.stale_budget, policy.first_event_budget) == (stale_budget, first_budget)
 
 
 @pytest.mark.parametrize("var", ALL_VARS)
@@ -294,12 +546,35 @@ def test_from_env_empty_value_keeps_default(var: str, raw: str) -> None:
 @pytest.mark.parametrize("var", [STALE, FIRST])
 @pytest.mark.parametrize(
     "raw",
-    ["0", "0.0", "-0", "-1", "-inf", "nan", "NaN", "abc", "30s", "1,5", "of", "offf", "none"],
+    [
+        "0",
+        "0.0",
+        "-0",
+        "-1",
+        "-inf",
+        "nan",
+        "NaN",
+        "abc",
+        "30s",
+        "1,5",
+        "of",
+        "offf",
+        "o ff",
+        "none",
+        "None",
+        "null",
+        "stale",
+        "same",
+        "same_as_stale",
+        "SAME_AS_STALE",
+        "default",
+    ],
 )
 def test_from_env_malformed_seconds_raise_naming_variable(var: str, raw: str) -> None:
-    """A zero, negative, NaN or unparsable timeout raises ``ValueError`` naming the variable."""
-    with pytest.raises(ValueError, match=var):
+    """A zero, negative, NaN or unparsable timeout (``None`` or a name for the sentinel included) raises ``ValueError`` naming the variable and the value."""
+    with pytest.raises(ValueError, match=rf"^{var} .*or 'off'") as info:
         StreamPolicy.from_env({var: raw})
+    assert repr(raw) in str(info.value)
 
 
 @pytest.mark.parametrize("raw", ["-1", "-10", "1.5", "2.0", "1e2", "abc", "off", "two", "inf"])
@@ -315,14 +590,17 @@ def test_from_env_malformed_retries_raise_naming_variable(raw: str) -> None:
         ({STALE: "10"}, {"stale_timeout": 5}, StreamPolicy(stale_timeout=5.0)),
         ({STALE: "10"}, {"stale_timeout": None}, StreamPolicy(stale_timeout=None)),
         ({STALE: "off"}, {"stale_timeout": 60}, StreamPolicy(stale_timeout=60.0)),
-        ({FIRST: "off"}, {"first_event_timeout": None}, StreamPolicy()),
+        ({FIRST: "off"}, {"first_event_timeout": SAME}, StreamPolicy()),
+        ({FIRST: "10"}, {"first_event_timeout": SAME}, StreamPolicy()),
+        ({FIRST: "10"}, {"first_event_timeout": None}, StreamPolicy(first_event_timeout=None)),
+        ({}, {"first_event_timeout": None}, StreamPolicy(first_event_timeout=None)),
         ({RETRIES: "5"}, {"retries": 0}, StreamPolicy(retries=0)),
         (
             {STALE: "10", FIRST: "20", RETRIES: "3"},
             {"retries": 1},
             StreamPolicy(stale_timeout=10.0, first_event_timeout=20.0, retries=1),
         ),
-        ({}, {"first_event_timeout": math.inf}, StreamPolicy(first_event_timeout=math.inf)),
+        ({}, {"first_event_timeout": math.inf}, StreamPolicy(first_event_timeout=None)),
     ],
     ids=repr,
 )
@@ -344,6 +622,8 @@ def test_from_env_malformed_variable_raises_despite_override() -> None:
     [
         ({"stale_timeout": 0}, "stale_timeout"),
         ({"first_event_timeout": "30"}, "first_event_timeout"),
+        ({"first_event_timeout": "off"}, "first_event_timeout"),
+        ({"stale_timeout": SAME}, "stale_timeout"),
         ({"retries": -1}, "retries"),
         ({"retries": True}, "retries"),
     ],
@@ -373,7 +653,7 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(STALE, "12")
     monkeypatch.setenv(FIRST, "off")
     monkeypatch.setenv(RETRIES, "4")
-    expected = StreamPolicy(stale_timeout=12.0, first_event_timeout=math.inf, retries=4)
+    expected = StreamPolicy(stale_timeout=12.0, first_event_timeout=None, retries=4)
     assert StreamPolicy.from_env() == expected
     assert StreamPolicy.from_env(None) == expected
 
@@ -451,3 +731,48 @@ def test_from_env_malformed_heartbeat_events_raise_naming_variable(raw: str) -> 
     with pytest.raises(ValueError, match=HEARTBEATS) as info:
         StreamPolicy.from_env({HEARTBEATS: raw})
     assert repr(raw) in str(info.value)
+
+
+# --------------------------------------------------------------------------- on a live stream
+
+STALL = 0.3  # seconds: the stale budget of the live tests below
+SLOW_BYTE = 0.004  # seconds between bytes: the 200-odd bytes of the first event take ~0.9 s
+
+
+def _read_stream(client: Any, url: str, body: bytearray) -> None:
+    """Stream a chat request to the end into ``body``."""
+    with client.stream("POST", url, json=chat_body()) as response:
+        for chunk in response.iter_raw():
+            body += chunk
+
+
+@pytest.mark.parametrize(
+    ("first", "stage"),
+    [(None, "mid_stream"), (math.inf, "mid_stream"), (SAME, "first_event")],
+    ids=repr,
+)
+def test_a_stream_without_a_first_event_bound_waits_for_it_then_is_watched(
+    flavor: Flavor, server: FaultServer, first: Any, stage: str
+) -> None:
+    """With the first-event bound off a first event slower than the stale budget is not cut and a stall after it still is; with SAME_AS_STALE the first event is cut on the stale budget."""
+    server.scenario = Scenario(stall_after_events=1, byte_by_byte=True, byte_delay=SLOW_BYTE)
+    policy = StreamPolicy(stale_timeout=STALL, first_event_timeout=first, retries=0)
+    transport = flavor.WatchdogTransport(policy=policy)
+    body = bytearray()
+    with flavor.http.Client(transport=transport, timeout=30.0) as client:
+        started = time.monotonic()
+        with pytest.raises(StreamStalled) as info:
+            _read_stream(client, server.base_url + "/chat/completions", body)
+        elapsed = time.monotonic() - started
+    assert info.value.stage == stage
+    assert info.value.budget == STALL
+    if stage == "mid_stream":
+        # The server's pauses alone make the first event take longer than STALL.
+        assert len(body) * SLOW_BYTE > 2 * STALL
+        assert body.startswith(b"data: ")
+        assert body.endswith(b"\n\n"), "the whole first event reached the caller"
+        assert body.count(b"\n\n") == 1
+        assert elapsed > (len(body) - 1) * SLOW_BYTE + STALL
+        assert elapsed < server.scenario.hold, "cut by the watchdog, not by the server hanging up"
+    else:
+        assert body == b""

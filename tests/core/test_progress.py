@@ -223,8 +223,8 @@ def test_fuzz_arbitrary_splits(
     )
     meter = ProgressMeter(encoding)
     total = feed_all(meter, split_at(body, points))
-    events, done = scanner_count(plain)
-    assert total == meter.events == events
+    count, done = scanner_count(plain)
+    assert total == meter.events == count
     assert (meter.done, meter.blind) == (done, False)
 
 

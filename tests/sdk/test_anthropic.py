@@ -123,10 +123,12 @@ def test_pings_are_progress_when_no_heartbeat_events_are_configured(
 
 
 @pytest.mark.parametrize(
-    ("heartbeats", "stalls"), [({"tick"}, True), (set(), False)], ids=["tick", "none"]
+    ("heartbeats", "stalls"),
+    [(frozenset({"tick"}), True), (frozenset(), False)],
+    ids=["tick", "none"],
 )
 def test_a_custom_heartbeat_type_is_no_progress(
-    flavor: Flavor, heartbeats: set[str], stalls: bool
+    flavor: Flavor, heartbeats: frozenset[str], stalls: bool
 ) -> None:
     """A provider's own keepalive event type, named in the policy, does not keep a stream alive."""
 

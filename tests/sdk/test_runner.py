@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hermes_transport import (
     Interrupt,
@@ -25,7 +26,7 @@ from hermes_transport.testing import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, FaultS
 
 from _support import NATIVE, Flavor
 
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 _open_clients: list[openai.OpenAI] = []
@@ -53,8 +54,6 @@ def _client(
 
 def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the SDK's retry back-off sleeps (any thread)."""
-    import openai._base_client as base_client
-
     sleeps: list[float] = []
     real_sleep = time.sleep
 
@@ -62,7 +61,8 @@ def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         sleeps.append(seconds)
         real_sleep(seconds)
 
-    monkeypatch.setattr(base_client.time, "sleep", sleep)
+    # By name: the time module as the SDK's base client holds it (not re-exported).
+    monkeypatch.setattr("openai._base_client.time.sleep", sleep)
     return sleeps
 
 
@@ -95,8 +95,10 @@ def test_content_tool_calls_finish_and_usage_are_assembled(
     message = completion.choices[0].message
     assert message.content == "hello world"
     assert message.tool_calls is not None
-    assert message.tool_calls[0].function.name == TOOL_CALL_NAME
-    assert message.tool_calls[0].function.arguments == TOOL_CALL_ARGUMENTS
+    call = message.tool_calls[0]
+    assert call.type == "function"
+    assert call.function.name == TOOL_CALL_NAME
+    assert call.function.arguments == TOOL_CALL_ARGUMENTS
     assert completion.choices[0].finish_reason == "tool_calls"
     assert completion.usage is not None
     assert completion.usage.completion_tokens > 0

@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -267,13 +267,15 @@ def test_write_size_coalesces_events_into_fewer_writes(server: FaultServer) -> N
     assert min(coalesced[:-1]) >= 16 * 1024
 
 
-def test_linger_after_done_delays_the_end_of_the_body(
-    server: FaultServer, http: httpx.Client
-) -> None:
+def test_linger_after_done_delays_the_end_of_the_body(server: FaultServer) -> None:
     """[DONE] arrives at once; the end of the body only linger_after_done seconds later."""
     server.scenario = Scenario(linger_after_done=0.5)
     started = time.monotonic()
-    with http.stream("POST", chat_url(server), json=STREAM_BODY) as response:
+    # Not the http fixture: its read timeout is as long as the linger, a race.
+    with (
+        httpx.Client(timeout=10.0) as http,
+        http.stream("POST", chat_url(server), json=STREAM_BODY) as response,
+    ):
         seen_done = None
         for chunk in response.iter_raw():
             if b"[DONE]" in chunk:
@@ -670,7 +672,11 @@ def test_tls_serves_the_sdk(
         FaultServer(scenario, ssl_context=tls[0]) as fault_server,
         httpx.Client(verify=tls[1]) as http_client,
         openai.OpenAI(
-            base_url=fault_server.base_url, api_key="x", max_retries=0, http_client=http_client
+            base_url=fault_server.base_url,
+            api_key="x",
+            max_retries=0,
+            # openai 3.x types http_client as an httpx2 client; it takes an httpx one too.
+            http_client=cast(Any, http_client),
         ) as client,
     ):
         assert fault_server.base_url.startswith("https://127.0.0.1:")

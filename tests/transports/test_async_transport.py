@@ -54,7 +54,7 @@ def _client(
     flavor: Flavor,
     *,
     stale: float | None = STALE,
-    first: float | None = None,
+    first: Any = StreamPolicy.SAME_AS_STALE,
     retries: int = 0,
     inner: Any = None,
     token: Interrupt | None = None,
@@ -433,7 +433,7 @@ async def test_interrupts_never_touch_unbound_requests(
 def _pool_connections(flavor: Flavor, client: Any) -> int:
     transport = client._transport
     assert isinstance(transport, flavor.AsyncWatchdogTransport)
-    return len(transport.inner._pool.connections)  # type: ignore[attr-defined]
+    return len(transport.inner._pool.connections)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hermes_transport import (
     Interrupt,
@@ -34,7 +35,7 @@ from hermes_transport.testing import FaultServer, Scenario
 
 from _support import PROMPT, Flavor, chat_body, interrupt_when, redirector
 
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 BODY = b'data: {"x": 1}\n\n'
 
 
@@ -526,7 +527,7 @@ def test_an_inner_transport_without_a_context_manager_is_closed_on_exit(flavor: 
     """An inner transport with only close() is closed when the client's context ends."""
     inner = flavor.http.MockTransport(lambda request: flavor.http.Response(200))
     closed: list[bool] = []
-    inner.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    inner.close = lambda: closed.append(True)
     with flavor.http.Client(transport=flavor.WatchdogTransport(inner)):
         pass
     assert closed == [True]

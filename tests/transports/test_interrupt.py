@@ -347,8 +347,6 @@ def test_hundreds_of_interrupts_leak_no_file_descriptors(
 
 def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record retry back-off sleeps the SDK makes on this thread."""
-    import openai._base_client as base_client
-
     me = threading.get_ident()
     sleeps: list[float] = []
     real_sleep = time.sleep
@@ -358,7 +356,8 @@ def _sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
             sleeps.append(seconds)
         real_sleep(seconds)
 
-    monkeypatch.setattr(base_client.time, "sleep", sleep)
+    # By name: the time module as the SDK's base client holds it (not re-exported).
+    monkeypatch.setattr("openai._base_client.time.sleep", sleep)
     return sleeps
 
 
@@ -435,7 +434,7 @@ def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive(flavor:
     """With a mocked inner transport, an interrupt surfaces as soon as the next bytes arrive."""
     token = Interrupt()
 
-    class Slow(flavor.http.SyncByteStream):  # type: ignore[misc]
+    class Slow:
         def __iter__(self) -> Iterator[bytes]:
             yield b'data: {"choices": []}\n\n'
             token.interrupt("stop while the mock sleeps")
@@ -445,7 +444,9 @@ def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive(flavor:
 
     inner = flavor.http.MockTransport(
         lambda request: flavor.http.Response(
-            200, headers={"content-type": "text/event-stream"}, stream=Slow()
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=flavor.byte_stream_class(Slow)(),
         )
     )
     with flavor.http.Client(

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hermes_transport import (
     StreamPolicy,
@@ -22,12 +23,12 @@ from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body
 
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 POLICY = StreamPolicy(stale_timeout=5.0, retries=0)
 
 
 def _sdk_stream(client: openai.OpenAI) -> str:
-    stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
     with stream:
         return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 

@@ -14,7 +14,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -26,7 +26,16 @@ from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import FLAVORS, ClientFactory, Flavor, chat_body, gunzip, load_flavor, normalised
+from _support import (
+    FLAVORS,
+    ClientFactory,
+    Flavor,
+    FlavorName,
+    chat_body,
+    gunzip,
+    load_flavor,
+    normalised,
+)
 
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
@@ -39,7 +48,7 @@ def _event(content: str) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
-def _post_stream(client: Any, target: FaultServer | str, **body: object) -> Any:
+def _post_stream(client: Any, target: FaultServer | str, **body: Any) -> Any:
     """POST a streaming chat request to a fault server, or to a full URL; return it unread."""
     url = target if isinstance(target, str) else target.base_url + "/chat/completions"
     return client.send(client.build_request("POST", url, json=chat_body(**body)), stream=True)
@@ -97,10 +106,10 @@ def test_non_sse_responses_pass_through_untouched(
 ) -> None:
     """JSON completions and error bodies come back exactly as from a plain client of the same library."""
     server.scenario = scenario
-    request = {"json": chat_body(stream=False)}
+    request: dict[str, Any] = {"json": chat_body(stream=False)}
     with flavor.http.Client() as plain:
-        expected = plain.post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
-    got = watchdog_client(stale=5.0).post(server.base_url + "/chat/completions", **request)  # type: ignore[arg-type]
+        expected = plain.post(server.base_url + "/chat/completions", **request)
+    got = watchdog_client(stale=5.0).post(server.base_url + "/chat/completions", **request)
     assert got.status_code == expected.status_code
     assert normalised(got.content) == normalised(expected.content)
     assert got.headers["content-type"] == expected.headers["content-type"]
@@ -263,7 +272,7 @@ def test_stale_timeout_is_the_first_event_budget_when_unset(
     """Without first_event_timeout, the stale budget also bounds the wait for the first event."""
     server.scenario = Scenario.silent_before_headers()
     with pytest.raises(StreamStalled) as info:
-        _post_stream(watchdog_client(stale=0.3, first=None, retries=0), server)
+        _post_stream(watchdog_client(stale=0.3, retries=0), server)
     assert info.value.budget == 0.3
 
 
@@ -394,7 +403,10 @@ def test_respx_mock_below_the_transport_sees_the_watchdog_run(
             return_value=httpx.Response(
                 200,
                 headers=SSE_HEADERS,
-                stream=_slow_stream(httpx, [_event("a"), 0.8, _event("b")]),
+                # _slow_stream(httpx, ...) is an httpx.SyncByteStream too.
+                stream=cast(
+                    httpx.SyncByteStream, _slow_stream(httpx, [_event("a"), 0.8, _event("b")])
+                ),
             )
         )
         client = watchdog_client(stale=0.3)
@@ -442,15 +454,16 @@ def test_a_huge_line_does_not_grow_memory(flavor: Flavor, watchdog_client: Clien
     block = b"y" * (1024 * 1024)
     http = flavor.http
 
-    class Endless(http.SyncByteStream):
+    class Endless:
         def __iter__(self) -> Iterator[bytes]:
             yield _event("first")
             yield b"data: "
             for _ in range(100):
                 yield block
 
+    stream_class = flavor.byte_stream_class(Endless)
     inner = http.MockTransport(
-        lambda request: http.Response(200, headers=SSE_HEADERS, stream=Endless())
+        lambda request: http.Response(200, headers=SSE_HEADERS, stream=stream_class())
     )
     client = watchdog_client(stale=30.0, inner=inner)
     tracemalloc.start()
@@ -557,7 +570,7 @@ def test_http2_is_refused_with_a_reason(flavor: Flavor, build: Any) -> None:
 @pytest.mark.parametrize("inner_is_ours", [False, True], ids=["http", "watchdog"])
 def test_an_inner_transport_of_the_other_library_or_kind_is_refused_by_name(
     flavor: Flavor,
-    inner_library: str,
+    inner_library: FlavorName,
     outer_is_async: bool,
     inner_is_async: bool,
     inner_is_ours: bool,

@@ -1,0 +1,234 @@
+"""The fault server itself: binding, threads, recording and stopping.
+
+Owns :class:`FaultServer` and :class:`FaultHTTPServer`, the ``http.server`` subclass
+that accepts connections and serves each (TLS handshake included) on a thread of its
+own with the request handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import ssl
+import sys
+import threading
+from http.server import HTTPServer
+from socketserver import TCPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from .handler import Handler
+from .messages import MESSAGES_PATH
+from .scenarios import CHAT_COMPLETIONS_PATH, RecordedRequest, Scenario
+
+__all__ = ["FaultHTTPServer", "FaultServer"]
+
+_CHAT_PATHS = (CHAT_COMPLETIONS_PATH, MESSAGES_PATH)
+
+
+class FaultServer:
+    """A threaded HTTP server on 127.0.0.1 answering according to :attr:`scenario`.
+
+    Use it as a context manager, or call :meth:`start` (once) and :meth:`stop` (idempotent).
+    With a server-side ``ssl_context`` it speaks HTTPS (the handshake runs on the
+    connection's own thread, so a client stalling it blocks nothing else).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._scenario = scenario if scenario is not None else Scenario()
+        self._address = (host, port)
+        self._ssl_context = ssl_context
+        self._lock = threading.Lock()
+        self._recorded = threading.Condition(self._lock)
+        self._requests: list[RecordedRequest] = []
+        self._attempts = 0
+        self._connections_opened = 0
+        self._sockets: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._ids = itertools.count()
+        self._stopping = threading.Event()
+        self._httpd: FaultHTTPServer | None = None
+        self._serve_thread: threading.Thread | None = None
+
+    def __enter__(self) -> FaultServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario for requests arriving from now on; may be replaced at any time."""
+        with self._lock:
+            return self._scenario
+
+    @scenario.setter
+    def scenario(self, scenario: Scenario) -> None:
+        if not isinstance(scenario, Scenario):
+            raise TypeError(f"expected a Scenario, got {type(scenario).__name__}")
+        with self._lock:
+            self._scenario = scenario
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (RuntimeError before :meth:`start`)."""
+        if self._httpd is None:
+            raise RuntimeError("FaultServer is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, ``http://127.0.0.1:PORT/v1`` (``https`` with TLS)."""
+        scheme = "http" if self._ssl_context is None else "https"
+        return f"{scheme}://{self._address[0]}:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the requests received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def connections_opened(self) -> int:
+        """The number of TCP connections accepted so far."""
+        with self._lock:
+            return self._connections_opened
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
+        """Block until ``n`` requests were recorded; False on timeout or stop."""
+        with self._recorded:
+            self._recorded.wait_for(
+                lambda: len(self._requests) >= n or self._stopping.is_set(), timeout
+            )
+            return len(self._requests) >= n
+
+    def start(self) -> FaultServer:
+        """Bind and serve on background threads; returns ``self``."""
+        with self._lock:
+            if self._httpd is not None:
+                raise RuntimeError("a FaultServer can only be started once")
+            self._httpd = FaultHTTPServer(self, self._address)
+            self._serve_thread = threading.Thread(
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.02},  # the longest stop() waits for the accept loop
+                name="FaultServer",
+                daemon=True,
+            )
+            self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End every stall, close all connections and the listener, and join all threads."""
+        with self._lock:
+            httpd, serve_thread = self._httpd, self._serve_thread
+            if httpd is None or serve_thread is None or self._stopping.is_set():
+                return
+            self._stopping.set()
+            self._recorded.notify_all()
+        httpd.shutdown()  # returns once the accept loop has exited: no new connections
+        serve_thread.join()
+        with self._lock:
+            # Wakes handlers blocked in recv (idle keep-alive) or in sendall (full buffers).
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    # The plain-socket method: SSLSocket.shutdown would also drop the TLS
+                    # state that the handler thread may be using right now.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=5.0)
+        httpd.server_close()
+
+    def _accepted(self, sock: socket.socket, thread: threading.Thread) -> None:
+        with self._lock:
+            self._connections_opened += 1
+            self._sockets.add(sock)
+            # Finished threads are kept until here so that stop() can join the last ones.
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def _closing(self, sock: socket.socket) -> None:
+        with self._lock:  # so that stop() never shuts down a socket being closed
+            self._sockets.discard(sock)
+
+    def _record(self, handler: Handler, body: bytes, arrived: float) -> RecordedRequest:
+        try:
+            parsed: object | None = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        stream = parsed.get("stream") if isinstance(parsed, dict) else None
+        headers: dict[str, str] = {}
+        for name, value in handler.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        is_chat = handler.command == "POST" and urlsplit(handler.path).path in _CHAT_PATHS
+        with self._recorded:
+            attempt = self._attempts if is_chat else -1
+            self._attempts += is_chat
+            request = RecordedRequest(
+                method=handler.command,
+                path=handler.path,
+                headers=headers,
+                body=body,
+                json=parsed,
+                stream=stream if isinstance(stream, bool) else None,
+                time=arrived,
+                attempt=attempt,
+            )
+            self._requests.append(request)
+            self._recorded.notify_all()
+        return request
+
+
+class FaultHTTPServer(HTTPServer):
+    request_queue_size = 128  # benchmarks open many connections at once
+
+    def __init__(self, fault: FaultServer, address: tuple[str, int]) -> None:
+        self.fault = fault
+        super().__init__(address, Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can take seconds.
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        context = self.fault._ssl_context
+        if context is not None:
+            sock = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._serve_connection,
+            args=(request, client_address),
+            name=f"FaultServer-{client_address[1]}",
+            daemon=True,
+        )
+        self.fault._accepted(request, thread)
+        thread.start()
+
+    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            if isinstance(request, ssl.SSLSocket):
+                request.do_handshake()
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.fault._closing(request)
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up and stop() closing sockets are routine, not worth a traceback.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)

@@ -1,0 +1,243 @@
+"""The type test of the public API: what a caller's type checker sees.
+
+The check gate (``tools/check.py``) type-checks this file with mypy --strict; it is
+never run (and pytest does not collect it). Each ``assert_type`` pins a type the public
+API promises. Each ``# type: ignore[code]`` marks a misuse that must stay an error:
+mypy's ``warn_unused_ignores`` (part of ``strict``) fails the check if it stops being one.
+Everything sits in functions, so even importing the file does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Literal
+
+import anthropic
+import httpx
+import httpx2
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from typing_extensions import assert_type
+
+import hermes_transport
+from hermes_transport import (
+    AsyncWatchdogTransport,
+    Interrupt,
+    StreamInterrupted,
+    StreamPolicy,
+    StreamStalled,
+    WatchdogTransport,
+    astream_chat_completion,
+    async_http_client_for,
+    async_openai_client_for,
+    http_client_for,
+    openai_client_for,
+    should_stream_inline,
+    stream_chat_completion,
+)
+from hermes_transport import httpx2 as ht2
+from hermes_transport.testing import FaultServer, RecordedRequest, Scenario
+
+Stage = Literal["first_event", "mid_stream"]
+
+
+def version() -> None:
+    assert_type(hermes_transport.__version__, str)
+
+
+def transports(
+    inner: httpx.BaseTransport, async_inner: httpx.AsyncBaseTransport, token: Interrupt
+) -> None:
+    policy = StreamPolicy(stale_timeout=60.0)
+    transport = WatchdogTransport(inner=inner, policy=policy, interrupt=token)
+    assert_type(transport, WatchdogTransport)
+    assert_type(transport.inner, httpx.BaseTransport)
+    assert_type(transport.policy, StreamPolicy)
+    as_httpx: httpx.BaseTransport = transport
+    httpx.Client(transport=as_httpx)
+    WatchdogTransport()  # every argument is optional
+    WatchdogTransport(inner, verify=False, retries=1)  # httpx.HTTPTransport's settings
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    assert_type(transport.handle_request(request), httpx.Response)
+
+    async_transport = AsyncWatchdogTransport(async_inner, policy=None, interrupt=None)
+    assert_type(async_transport.inner, httpx.AsyncBaseTransport)
+    httpx.AsyncClient(transport=async_transport)
+
+    WatchdogTransport(inner, policy)  # type: ignore[call-arg]
+    WatchdogTransport(async_inner)  # type: ignore[arg-type]
+    AsyncWatchdogTransport(inner)  # type: ignore[arg-type]
+    WatchdogTransport(inner, policy=60.0)  # type: ignore[arg-type]
+    httpx.Client(transport=async_transport)  # type: ignore[arg-type]
+
+
+def policies(environ: dict[str, str]) -> None:
+    policy = StreamPolicy()
+    assert_type(policy.stale_timeout, float | None)
+    assert_type(policy.retries, int)
+    assert_type(policy.heartbeat_events, frozenset[str])
+    assert_type(policy.stale_budget, float | None)
+    assert_type(policy.first_event_budget, float | None)
+    StreamPolicy(stale_timeout=None, first_event_timeout=None, retries=0)
+    StreamPolicy(stale_timeout=math.inf, first_event_timeout=2.5)
+    StreamPolicy(heartbeat_events=frozenset({"ping", "tick"}))
+    assert_type(StreamPolicy.from_env(), StreamPolicy)
+    assert_type(StreamPolicy.from_env(environ, retries=1), StreamPolicy)
+    assert_type(replace(policy, retries=5), StreamPolicy)
+
+    StreamPolicy(60.0)  # type: ignore[call-arg]
+    StreamPolicy(stale_timeout="60")  # type: ignore[arg-type]
+    StreamPolicy(retries=1.5)  # type: ignore[arg-type]
+    StreamPolicy(stale=60.0)  # type: ignore[call-arg]
+    policy.retries = 3  # type: ignore[misc]
+
+
+def http_clients(token: Interrupt) -> None:
+    assert_type(http_client_for("cron"), httpx.Client)
+    assert_type(
+        http_client_for(
+            None,
+            api_mode="chat_completions",
+            provider="openrouter",
+            policy=StreamPolicy(),
+            interrupt=token,
+            timeout=30.0,
+            verify=False,
+        ),
+        httpx.Client,
+    )
+    assert_type(async_http_client_for("cli"), httpx.AsyncClient)
+
+    http_client_for()  # type: ignore[call-arg]
+    http_client_for("cron", "responses")  # type: ignore[call-arg]
+    http_client_for(7)  # type: ignore[arg-type]
+
+
+def sdk_clients(token: Interrupt) -> None:
+    assert_type(openai_client_for("cron", api_key="x"), openai.OpenAI)
+    assert_type(
+        openai_client_for("cli", policy=StreamPolicy(), interrupt=token, flavor="httpx"),
+        openai.OpenAI,
+    )
+    assert_type(openai_client_for(None, flavor="httpx2", max_retries=0), openai.OpenAI)
+    assert_type(async_openai_client_for("cron", flavor=None), openai.AsyncOpenAI)
+    assert_type(should_stream_inline("cron"), bool)
+    assert_type(should_stream_inline("cli", "chat_completions", "moa"), bool)
+
+    openai_client_for("cron", flavor="requests")  # type: ignore[arg-type]
+    async_openai_client_for("cron", flavor="aiohttp")  # type: ignore[arg-type]
+
+
+def chat(client: openai.OpenAI, async_client: openai.AsyncOpenAI, token: Interrupt) -> None:
+    def on_delta(chunk: ChatCompletionChunk) -> None:
+        pass
+
+    completion = stream_chat_completion(
+        client,
+        inline=False,
+        interrupt=token,
+        on_delta=on_delta,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+    )
+    assert_type(completion, ChatCompletion)
+    assert_type(stream_chat_completion(client, model="m", messages=[]), ChatCompletion)
+
+    stream_chat_completion(async_client, model="m")  # type: ignore[arg-type]
+    stream_chat_completion(client, on_delta=print, model="m")
+    stream_chat_completion(client, on_delta=len, model="m")  # type: ignore[arg-type]
+
+
+async def async_chat(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> None:
+    async def on_delta(chunk: ChatCompletionChunk) -> None:
+        pass
+
+    def on_delta_sync(chunk: ChatCompletionChunk) -> None:
+        pass
+
+    completion = await astream_chat_completion(async_client, on_delta=on_delta, model="m")
+    assert_type(completion, ChatCompletion)
+    assert_type(
+        await astream_chat_completion(async_client, on_delta=on_delta_sync, model="m"),
+        ChatCompletion,
+    )
+
+    await astream_chat_completion(client, model="m")  # type: ignore[arg-type]
+
+
+def errors(stall: StreamStalled, stall2: ht2.StreamStalled, stop: StreamInterrupted) -> None:
+    assert_type(stall.stage, Stage)
+    assert_type(stall.budget, float)
+    assert_type(stall.elapsed, float)
+    assert_type(stall.attempts, int)
+    as_read_timeout: httpx.ReadTimeout = stall
+    as_protocol_error: httpx.RemoteProtocolError = stall
+    # The httpx2 flavor's stall is both libraries' errors, and hermes' own.
+    as_ours: StreamStalled = stall2
+    as_read_timeout2: httpx2.ReadTimeout = stall2
+    as_protocol_error2: httpx2.RemoteProtocolError = stall2
+    assert_type(stop.reason, str)
+    stage: str | None = stop.stage  # where the call was when it stopped
+    as_interrupted: InterruptedError = stop
+    StreamStalled(
+        "stalled", request=None, stage="first_event", budget=1.0, elapsed=1.2, attempts=3
+    )
+    StreamInterrupted("user pressed stop")
+
+    stall.stage = "later"  # type: ignore[assignment]
+    StreamStalled("stalled", stage="first_event", budget=1.0, elapsed=1.2)  # type: ignore[call-arg]
+    as_timeout: httpx.ReadTimeout = stop  # type: ignore[assignment]
+    del as_read_timeout, as_protocol_error, as_ours, as_read_timeout2, as_protocol_error2
+    del as_interrupted, as_timeout, stage
+
+
+def interrupts() -> None:
+    token = Interrupt()
+    assert_type(token.interrupted, bool)
+    assert_type(token.reason, str | None)
+    token.interrupt()
+    token.interrupt("user pressed stop")
+    token.reset()
+    assert_type(token.wait(), bool)
+    assert_type(token.wait(0.5), bool)
+    with token.bind() as bound:
+        assert_type(bound, Interrupt)
+
+    token.interrupt(reason=1)  # type: ignore[arg-type]
+    token.interrupted = True  # type: ignore[misc]
+
+
+def httpx2_flavor(inner: httpx2.BaseTransport, async_inner: httpx2.AsyncBaseTransport) -> None:
+    transport = ht2.WatchdogTransport(inner, policy=StreamPolicy(), interrupt=Interrupt())
+    assert_type(transport.inner, httpx2.BaseTransport)
+    httpx2.Client(transport=transport)
+    httpx2.AsyncClient(transport=ht2.AsyncWatchdogTransport(async_inner))
+    client = ht2.http_client_for("cron", policy=StreamPolicy(stale_timeout=120.0))
+    assert_type(client, httpx2.Client)
+    assert_type(ht2.async_http_client_for("cli"), httpx2.AsyncClient)
+    anthropic.Anthropic(http_client=client)
+    anthropic.AsyncAnthropic(http_client=ht2.async_http_client_for("cli"))
+
+    ht2.WatchdogTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
+    httpx.Client(transport=transport)  # type: ignore[arg-type]
+    anthropic.Anthropic(http_client=http_client_for("cron"))  # type: ignore[arg-type]
+
+
+def fault_server() -> None:
+    with FaultServer(Scenario.stall_first(1)) as server:
+        assert_type(server, FaultServer)
+        assert_type(server.base_url, str)
+        assert_type(server.port, int)
+        assert_type(server.requests, list[RecordedRequest])
+        assert_type(server.requests[0].attempt, int)
+        assert_type(server.connections_opened, int)
+        assert_type(server.wait_for_requests(2), bool)
+        server.scenario = replace(Scenario.silent_after(2), crlf=True, hold=1.0)
+        assert_type(server.scenario, Scenario)
+    assert_type(Scenario.healthy(), Scenario)
+    assert_type(Scenario.error(503), Scenario)
+    assert_type(FaultServer().start(), FaultServer)
+
+    FaultServer("healthy")  # type: ignore[arg-type]
+    server.requests.append("GET /")  # type: ignore[arg-type]
