@@ -58,14 +58,15 @@ def _client(
     retries: int = 0,
     inner: Any = None,
     token: Interrupt | None = None,
+    timeout: float = 30.0,
     **transport_kwargs: Any,
 ) -> Any:
-    """An AsyncClient of the flavor over its AsyncWatchdogTransport."""
+    """An AsyncClient of the flavor over its AsyncWatchdogTransport (socket timeouts: ``timeout``)."""
     policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first, retries=retries)
     transport = flavor.AsyncWatchdogTransport(
         inner, policy=policy, interrupt=token, **transport_kwargs
     )
-    return flavor.http.AsyncClient(transport=transport, timeout=30.0)
+    return flavor.http.AsyncClient(transport=transport, timeout=timeout)
 
 
 def _assert_flavor_stall(flavor: Flavor, stall: StreamStalled) -> None:
@@ -609,10 +610,10 @@ async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
     try:
         async with (
             _loop_server() as port,
-            # A first-event budget far above the test's length: on one loaded loop a
-            # thousand connections can wait tens of seconds for their first bytes, and
-            # what is measured here is the stall after them.
-            _client(flavor, stale=SCALE_STALE, first=90.0, limits=limits) as client,
+            # A first-event budget and socket timeouts far above the test's length: on
+            # one loaded loop a thousand connections can wait tens of seconds for their
+            # headers, and what is measured here is the stall after the first events.
+            _client(flavor, stale=SCALE_STALE, first=90.0, timeout=90.0, limits=limits) as client,
         ):
             async with anyio.create_task_group() as streams:
                 for i in range(STREAMS):
