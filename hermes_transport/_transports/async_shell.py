@@ -146,13 +146,11 @@ class AsyncWatchedStream(BodyWatch):
             if error is None:
                 raise
             cause = shown_cause(exc)
-            if cause is not None:
-                raise error from cause
         else:
             return
-        # The guard fired and no I/O error said so: raised out of the handler, so
-        # that GuardFired is neither the error's cause nor its context.
-        raise error from None
+        # Raised out of the handler, so the dead attempt's exception is never the
+        # error's context: its cause is only what shown_cause() keeps.
+        raise error from cause
 
     async def aclose(self) -> None:
         if getattr(self._iteration, "ag_running", False):
@@ -236,14 +234,12 @@ class AsyncShell(Shell[_AsyncInner]):
                 if error is exc:
                     raise
                 cause = shown_cause(exc)
-                if cause is not None:
-                    raise error from cause
             else:
                 exchange.succeeded()
                 return response
-            # The guard fired and no I/O error said so: raised out of the handler,
-            # so that GuardFired is neither the error's cause nor its context.
-            raise error from None
+            # Raised out of the handler, so the dead attempt's exception is never the
+            # error's context: its cause is only what shown_cause() keeps.
+            raise error from cause
 
     async def _send(
         self,

@@ -91,13 +91,11 @@ class WatchedStream(BodyWatch):
             if error is None:
                 raise
             cause = shown_cause(exc)
-            if cause is not None:
-                raise error from cause
         else:
             return
-        # The guard fired and no I/O error said so: raised out of the handler, so
-        # that GuardFired is neither the error's cause nor its context.
-        raise error from None
+        # Raised out of the handler, so the dead attempt's exception is never the
+        # error's context: its cause is only what shown_cause() keeps.
+        raise error from cause
 
     def close(self) -> None:
         if getattr(self._iteration, "gi_running", False):
@@ -179,14 +177,12 @@ class SyncShell(Shell[_SyncInner]):
                 if error is exc:
                     raise
                 cause = shown_cause(exc)
-                if cause is not None:
-                    raise error from cause
             else:
                 exchange.succeeded()
                 return response
-            # The guard fired and no I/O error said so: raised out of the handler,
-            # so that GuardFired is neither the error's cause nor its context.
-            raise error from None
+            # Raised out of the handler, so the dead attempt's exception is never the
+            # error's context: its cause is only what shown_cause() keeps.
+            raise error from cause
 
     def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
         guard.stage = "headers"
