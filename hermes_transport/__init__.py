@@ -8,9 +8,12 @@ the loop's timers. An ``Interrupt`` stops the requests bound to it from any
 thread. ``http_client_for`` and ``openai_client_for`` (and their async twins)
 build clients on the watchdog; ``stream_chat_completion`` and
 ``astream_chat_completion`` stream one chat completion to the end with the same
-errors on every openai major. ``hermes_transport.httpx2`` has the transports
-and http client factories on httpx2; ``hermes_transport.testing`` a loopback
-fault server.
+errors on every openai major; ``stream_response`` and ``astream_response`` do
+the same for one response of OpenAI's Responses API, ``stream_message`` and
+``astream_message`` for one message of Anthropic's Messages API (with the
+anthropic SDK, which is optional). ``hermes_transport.httpx2`` has the
+transports and http client factories on httpx2; ``hermes_transport.testing`` a
+loopback fault server.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from ._flavors.httpx import (
 )
 from ._sdk.chat import astream_chat_completion, stream_chat_completion
 from ._sdk.clients import async_openai_client_for, openai_client_for
+from ._sdk.messages import astream_message, stream_message
+from ._sdk.responses import astream_response, stream_response
 
 __version__ = "0.1.0"
 
@@ -43,12 +48,16 @@ __all__ = [
     "StreamStalled",
     "WatchdogTransport",
     "astream_chat_completion",
+    "astream_message",
+    "astream_response",
     "async_http_client_for",
     "async_openai_client_for",
     "http_client_for",
     "openai_client_for",
     "should_stream_inline",
     "stream_chat_completion",
+    "stream_message",
+    "stream_response",
 ]
 
 # Shown, documented and pickled under the public name, not the private module

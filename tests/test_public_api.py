@@ -97,7 +97,9 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
         (
             hermes_transport.StreamPolicy,
             "(*, stale_timeout=180.0, first_event_timeout=StreamPolicy.SAME_AS_STALE, retries=2,"
-            " heartbeat_events=frozenset({'ping'}))",
+            " heartbeat_events={'chat_completions': frozenset({'ping'}),"
+            " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
+            " 'generic': frozenset({'ping'})})",
         ),
         *[
             (
@@ -144,6 +146,18 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             hermes_transport.astream_chat_completion,
             "(client, *, interrupt=None, on_delta=None, **create_kwargs)",
         ),
+        (
+            hermes_transport.stream_chat_completion,
+            "(client, *, inline=None, interrupt=None, on_delta=None, **create_kwargs)",
+        ),
+        *[
+            (runner, "(client, *, inline=None, interrupt=None, on_event=None, **create_kwargs)")
+            for runner in (hermes_transport.stream_response, hermes_transport.stream_message)
+        ],
+        *[
+            (runner, "(client, *, interrupt=None, on_event=None, **create_kwargs)")
+            for runner in (hermes_transport.astream_response, hermes_transport.astream_message)
+        ],
     ],
 )
 def test_signatures_are_the_documented_ones(obj: object, expected: str) -> None:
@@ -159,10 +173,13 @@ def test_signatures_are_the_documented_ones(obj: object, expected: str) -> None:
 
 
 def test_importing_the_package_does_not_import_the_sdk() -> None:
-    """The transport costs no openai or httpx2 import: only the factories and runner need the SDK."""
-    code = "import sys, hermes_transport; print('openai' in sys.modules, 'httpx2' in sys.modules)"
+    """The transport costs no openai, anthropic or httpx2 import: only the factories and runners need an SDK."""
+    code = (
+        "import sys, hermes_transport;"
+        " print(*(name in sys.modules for name in ('openai', 'anthropic', 'httpx2')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False False"
+    assert out.stdout.strip() == "False False False"
 
 
 # Run in a fresh interpreter where `import httpx2` fails, as it does where it is not installed.

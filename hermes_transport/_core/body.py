@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
 
 from .clock import monotonic
 from .errors import StreamStalled
-from .exchange import Arm, Attempt, GuardFired, mapped_error
+from .exchange import Arm, Attempt, ErrorResend, GuardFired, mapped_error
 from .guard import Guard
 from .progress import ProgressMeter
+from .wires import ErrorEvent
 
 __all__ = [
     "AFTER_DONE_SECONDS",
@@ -61,8 +63,11 @@ class BodyWatch:
         meter: ProgressMeter | None,
         stale: float | None,
         arm: Arm,
+        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
     ) -> None:
         self._guard = guard
+        # Asked once, when the stream opens with a transient error event.
+        self._resend_error = resend_error
         self._attempt = attempt
         self._meter = meter
         self._stale = stale
@@ -83,27 +88,40 @@ class BodyWatch:
         self._release_guard = weakref.finalize(self, guard.close)
 
     def _hold(self, chunk: bytes) -> bool:
-        """Hold a chunk read before the first event; whether holding is over."""
+        """Hold a chunk read before the first event; whether holding is over.
+
+        An error event before any output ends the hold too: a transient one
+        with a re-send left ends the attempt (``ErrorResend``: nothing held
+        reaches the caller); any other is handed up with what came before it.
+        """
         if self._guard.fired is not None:
             raise GuardFired
         self._held.append(chunk)
         self._held_size += len(chunk)
-        assert self._meter is not None
-        if self._meter.feed(chunk) or self._held_size >= HOLD_LIMIT:
+        meter = self._meter
+        assert meter is not None
+        if meter.feed(chunk) or self._held_size >= HOLD_LIMIT:
             self._progressed()
             return True
-        return False
+        error = meter.error
+        if error is None:
+            return False
+        resend = self._resend_error
+        if error.transient and resend is not None and resend(error, self._attempt):
+            raise ErrorResend(error)
+        self._progressed()
+        return True
 
     def _broke_early(self, exc: Exception) -> bool:
         """Whether to keep ``exc``, raised by the body before its first event, for later.
 
         A stall or interrupt (the guard fired) is raised from the request,
-        where a stall can be re-sent. Any other failure came from a server that
-        answered: plain httpx would raise it from the caller's first read, and
-        the SDK would not send the request again; so it is raised there, after
-        the bytes held so far.
+        where a stall can be re-sent, and so is an ``ErrorResend``. Any other
+        failure came from a server that answered: plain httpx would raise it
+        from the caller's first read, and the SDK would not send the request
+        again; so it is raised there, after the bytes held so far.
         """
-        if self._guard.fired is not None:
+        if self._guard.fired is not None or isinstance(exc, ErrorResend):
             return False
         self._broken = exc
         self._guard.deadline = None  # nothing more to wait for
@@ -128,12 +146,15 @@ class BodyWatch:
     def _start_drain(self) -> bool:
         """At close: whether to read the rest of the body so its connection can be pooled.
 
-        Only after ``[DONE]``, and only for ``DRAIN_SECONDS``: the guard's
+        Only after an end event (``[DONE]``) or an error event before any
+        output (re-sent, or handed up), and only for ``DRAIN_SECONDS``: the guard's
         deadline bounds it (a kill shuts the socket down, and the connection
         is then closed rather than pooled).
         """
         meter, guard = self._meter, self._guard
-        if self._complete or meter is None or not meter.done or guard.fired is not None:
+        if self._complete or meter is None or guard.fired is not None:
+            return False
+        if not meter.done and meter.error is None:  # an error event ends its stream too
             return False
         guard.stage = "draining"
         guard.deadline = monotonic() + DRAIN_SECONDS

@@ -12,6 +12,7 @@ switches in ``_io`` reach the sockets.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
 
 import httpx
@@ -30,10 +31,29 @@ from .interrupt import Interrupt
 from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream, wants_stream
 from .stages import words_for
+from .wires import ErrorEvent, wire_of
 
-__all__ = ["Arm", "Attempt", "Exchange", "GuardFired", "mapped_error", "shown_cause"]
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_LIMIT",
+    "Arm",
+    "Attempt",
+    "ErrorResend",
+    "Exchange",
+    "GuardFired",
+    "mapped_error",
+    "shown_cause",
+]
 
 logger = logging.getLogger("hermes_transport")
+
+#: The pause before re-sending a request whose stream opened with a transient
+#: error event (the server said it is overloaded): this long before the first
+#: such re-send, doubled for each one after, at most ``BACKOFF_LIMIT``; each
+#: pause is drawn between half of that and all of it, so that clients told
+#: "overloaded" at once do not all come back at once.
+BACKOFF_FIRST = 0.2
+BACKOFF_LIMIT = 1.0
 
 #: How a shell hands a guard to its watchdog (thread or loop) to be watched.
 Arm = Callable[[Guard], None]
@@ -45,6 +65,18 @@ class GuardFired(Exception):
     Never shown: the error raised for it has no cause, and is raised outside
     the handler that caught it, so that it is not its context either.
     """
+
+
+class ErrorResend(Exception):
+    """The attempt's stream opened with a transient error event and will be sent again.
+
+    Never shown: raised from the first-event wait to end the attempt, and
+    taken by ``Exchange.failed``.
+    """
+
+    def __init__(self, event: ErrorEvent) -> None:
+        super().__init__(str(event))
+        self.event = event
 
 
 def shown_cause(exc: BaseException) -> BaseException | None:
@@ -142,12 +174,15 @@ class Exchange:
     __slots__ = (
         "_budget",
         "_call",
+        "_error_resends",
         "_flavor",
         "_handoff",
         "_policy",
         "_replayable",
         "_request",
         "_tokens",
+        "backoff",
+        "wire",
     )
 
     def __init__(
@@ -166,10 +201,15 @@ class Exchange:
         # carries the original ByteStream but has no `content` of its own.)
         stream = request.stream
         self._replayable = isinstance(stream, flavor.http.ByteStream)
+        self.wire = wire_of(request.url.path)
         streaming = wants_stream(
             request.headers.get("accept", ""),
             request.headers.get("content-type", ""),
             b"".join(stream) if self._replayable else None,  # type: ignore[arg-type]
+        ) or (
+            # The Responses resume, GET /responses/{id}?stream=true, says so
+            # only in its query: it has no body and no Accept header.
+            self.wire == "responses" and request.url.params.get("stream") == "true"
         )
         self._budget = policy.first_event_budget if streaming else None
         self._call: Call | None = (
@@ -181,6 +221,15 @@ class Exchange:
             assert self._call.last_stall is not None
             raise for_caller(self._call.last_stall, handoff=self._handoff)
         self._tokens = (*bound, own_interrupt) if own_interrupt is not None else tuple(bound)
+        self._error_resends = 0
+        #: Seconds the shell waits before the next attempt (after a transient
+        #: error event; a stall is re-sent at once).
+        self.backoff = 0.0
+
+    @property
+    def tokens(self) -> tuple[Interrupt, ...]:
+        """The interrupt tokens every attempt is bound to (a back-off ends when one fires)."""
+        return self._tokens
 
     @property
     def gated(self) -> bool:
@@ -220,11 +269,43 @@ class Exchange:
         if self._call is not None:
             self._call.last_stall = None
 
+    def resend_error(self, event: ErrorEvent, attempt: Attempt) -> bool:
+        """Whether to send the request again for a transient error event before any output.
+
+        Draws on the call's re-send budget, as a stall before the first event
+        does; when it is spent the event passes through to the caller as it
+        came, and the SDK raises what it raises for it.
+        """
+        call, request = self._call, self._request
+        if call is None or not self._replayable or not call.take_resend():
+            logger.warning(
+                "%s %s: the stream opened with %s; no re-send left, passed through",
+                request.method,
+                attempt.url,
+                event,
+            )
+            return False
+        self._error_resends += 1
+        ceiling = min(BACKOFF_LIMIT, BACKOFF_FIRST * 2 ** (self._error_resends - 1))
+        self.backoff = random.uniform(ceiling / 2, ceiling)
+        logger.warning(
+            "%s %s: the stream opened with %s; re-sending in %.2f s (%d re-send(s) left)",
+            request.method,
+            attempt.url,
+            event,
+            self.backoff,
+            call.resends_left,
+        )
+        return True
+
     def failed(self, guard: Guard, attempt: Attempt, exc: BaseException) -> BaseException | None:
         """After the attempt raised ``exc`` (its guard closed): ``None`` to send it again,
         else the exception to raise (``exc`` itself when the guard did not kill it), from
         ``shown_cause(exc)``."""
         request = self._request
+        if isinstance(exc, ErrorResend) and guard.fired is None:
+            return None  # resend_error() drew the re-send and set the back-off
+        self.backoff = 0.0
         error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
         if error is None:
             return exc
@@ -259,7 +340,9 @@ class Exchange:
             raise GuardFired
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
             return ProgressMeter(
-                response.headers.get("content-encoding", ""), self._policy.heartbeat_events
+                response.headers.get("content-encoding", ""),
+                self._policy.heartbeats_for(self.wire),
+                self.wire,
             )
         # Not watched for progress, but interruptible, and the guard keeps the
         # socket from being closed under the body by another thread.

@@ -10,7 +10,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Literal
 
-from .sse import MAX_EVENT_TYPE
+from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, WireEvents, env_event_types, per_wire
+from .wires import Wire
 
 __all__ = ["StreamPolicy"]
 
@@ -23,8 +24,6 @@ _OFF = "off"
 #: (``None`` turns a bound off) rather than handed to timers that cannot hold
 #: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
 MAX_SECONDS = 365 * 24 * 3600.0
-#: Anthropic's Messages API sends ``event: ping`` while a model is silent.
-DEFAULT_HEARTBEAT_EVENTS = frozenset({"ping"})
 
 
 class _SameAsStale(enum.Enum):
@@ -72,11 +71,16 @@ class StreamPolicy:
     after its first event is never re-sent by the transport: the caller may
     have shown its content already.
 
-    ``heartbeat_events``: SSE event types (the ``event:`` field) that are
-    keepalives, not progress, even though they carry ``data``. The default,
-    ``{"ping"}``, is Anthropic's: a model that only pings has stalled. Give
-    any collection of names (stored as a frozenset); an empty one makes every
-    data event progress.
+    ``heartbeat_events``: per wire (``chat_completions``, ``responses``,
+    ``messages``, ``generic``: what the request's path speaks), the SSE event
+    types (the ``event:`` field, or on the Responses and Messages wires the
+    data's leading ``"type"``) that are keepalives, not progress, even though
+    they carry ``data``. The defaults: ``keepalive`` on Responses, ``ping``
+    elsewhere (Anthropic's): a model that only keeps alive has stalled. Give
+    a mapping of wire to names (the wires left out keep their defaults), or
+    one collection of names for every wire in place of the defaults (an
+    empty one makes every data event output). Stored as a read-only mapping
+    of every wire to a frozenset; ``heartbeats_for(wire)`` reads it.
 
     A finite budget is at most ``MAX_SECONDS`` (a year); anything longer is a
     ``ValueError`` naming the field, like zero, negative, NaN or non-numeric
@@ -95,7 +99,9 @@ class StreamPolicy:
     stale_timeout: float | None = 180.0
     first_event_timeout: float | Literal[_SameAsStale.SAME_AS_STALE] | None = SAME_AS_STALE
     retries: int = 2
-    heartbeat_events: frozenset[str] = field(default=DEFAULT_HEARTBEAT_EVENTS)
+    heartbeat_events: Collection[str] | Mapping[Wire, Collection[str]] = field(
+        default=DEFAULT_HEARTBEAT_EVENTS
+    )
 
     def __post_init__(self) -> None:
         stale: object = self.stale_timeout  # any object, until checked
@@ -121,7 +127,12 @@ class StreamPolicy:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
         if self.retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
-        object.__setattr__(self, "heartbeat_events", _check_event_types(self.heartbeat_events))
+        object.__setattr__(self, "heartbeat_events", per_wire(self.heartbeat_events))
+
+    def heartbeats_for(self, wire: Wire) -> frozenset[str]:
+        """The event types that are keepalives on ``wire``."""
+        events: WireEvents = self.heartbeat_events  # type: ignore[assignment]
+        return events[wire]
 
     @property
     def first_event_budget(self) -> float | None:
@@ -142,7 +153,9 @@ class StreamPolicy:
         ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off`` for no
         bound: ``None``, for either alike) and ``HERMES_STREAM_RETRIES`` (an
         int >= 0) and ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names
-        separated by commas, or ``off`` for none). Unset or empty variables
+        separated by commas, or ``off`` for none, for every wire; or per wire,
+        ``responses=keepalive;messages=ping,off``-style groups separated by
+        ``;``, the wires not named keeping their defaults). Unset or empty variables
         keep the defaults (so an unset first-event variable follows the stale
         one). ``environ`` defaults to ``os.environ``. A malformed value (a
         budget above ``MAX_SECONDS`` included) raises ``ValueError`` naming
@@ -174,13 +187,13 @@ class StreamPolicy:
                 raise ValueError(f"{ENV_RETRIES} must be an integer >= 0, got {raw!r}")
         raw = env.get(ENV_HEARTBEAT_EVENTS, "").strip()
         if raw:
-            names = [] if raw.lower() == _OFF else [n.strip() for n in raw.split(",")]
             try:
-                values["heartbeat_events"] = _check_event_types(names)
+                values["heartbeat_events"] = per_wire(env_event_types(raw))
             except ValueError as exc:
                 raise ValueError(
-                    f"{ENV_HEARTBEAT_EVENTS} must be event type names separated by commas,"
-                    f" or 'off'; got {raw!r}: {exc}"
+                    f"{ENV_HEARTBEAT_EVENTS} must be event type names separated by commas"
+                    " (or 'off'), for every wire, or per wire as 'wire=names' groups"
+                    f" separated by ';'; got {raw!r}: {exc}"
                 ) from None
         values.update(overrides)
         return replace(cls(), **values)
@@ -213,26 +226,6 @@ def _check_seconds(name: str, value: object, *, also: str = "") -> float | None:
 def _in_range(value: float) -> bool:
     """``0 < value <= MAX_SECONDS``, or ``+inf``; NaN is out (every comparison fails)."""
     return value == math.inf or 0 < value <= MAX_SECONDS
-
-
-def _check_event_types(value: object) -> frozenset[str]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Collection):
-        raise ValueError(
-            "heartbeat_events must be a collection of event type names"
-            f" (such as {{'ping'}}), got {value!r}"
-        )
-    for name in value:
-        if (
-            not isinstance(name, str)
-            or not name
-            or len(name.encode()) > MAX_EVENT_TYPE
-            or any(c in name for c in "\r\n")
-        ):
-            raise ValueError(
-                "heartbeat_events: each must be a str of 1 to"
-                f" {MAX_EVENT_TYPE} bytes without line breaks, got {name!r}"
-            )
-    return frozenset(value)
 
 
 def _env_seconds(env: Mapping[str, str], name: str) -> Any:

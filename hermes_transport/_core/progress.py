@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from .sse import SSEScanner
+from .wires import ErrorEvent, Wire
 
 __all__ = ["ProgressMeter", "is_event_stream", "wants_stream"]
 
@@ -63,8 +64,13 @@ class ProgressMeter:
 
     __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind")
 
-    def __init__(self, content_encoding: str = "", heartbeat_events: Collection[str] = ()) -> None:
-        self._scanner = SSEScanner(heartbeat_events)
+    def __init__(
+        self,
+        content_encoding: str = "",
+        heartbeat_events: Collection[str] = (),
+        wire: Wire = "generic",
+    ) -> None:
+        self._scanner = SSEScanner(heartbeat_events, wire)
         self._decoders: list[Decoder] = []
         # True when progress cannot be judged: every chunk then counts.
         self.blind = False
@@ -86,8 +92,13 @@ class ProgressMeter:
 
     @property
     def done(self) -> bool:
-        """Whether an event whose data starts with ``[DONE]`` has completed."""
+        """Whether an end event (``[DONE]``, ``response.completed``, ...) has completed."""
         return self._scanner.done
+
+    @property
+    def error(self) -> ErrorEvent | None:
+        """The first error event that completed before any progress (never while blind)."""
+        return self._scanner.error
 
     @property
     def events(self) -> int:

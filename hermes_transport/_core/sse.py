@@ -17,10 +17,18 @@ CR; a CRLF split across two chunks is one line ending; a UTF-8 BOM at the very
 start is ignored; a field name is everything up to the first colon (the whole
 line if there is none); one space after the colon is not part of the value.
 
+On the wires whose events mean more than "progress" (``wires``: Chat
+Completions before its first output, Responses and Anthropic Messages
+throughout), each completed event is sorted by ``wires.classify`` instead:
+only output and end events are progress; an error event before any output is
+kept as ``error``. That costs a Python step per event; a plain Chat
+Completions or generic stream keeps the per-chunk fast path below.
+
 Memory is bounded whatever the server sends: for the line in progress only its
-first ``_PREFIX`` bytes are kept, which is all any decision needs (the field
-name ``data``/``event``, a ``[DONE]`` value, a heartbeat type name). A
-100 MB line costs ``_PREFIX`` bytes of state.
+first ``_PREFIX`` bytes are kept, which is all a generic decision needs (the
+field name ``data``/``event``, a ``[DONE]`` value, a heartbeat type name), and
+on a classifying wire at most ``CAPTURE_LIMIT`` bytes of an event's data (what
+``classify`` reads). A 100 MB line costs that much state and no more.
 """
 
 from __future__ import annotations
@@ -28,19 +36,25 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-__all__ = ["SSEScanner"]
+from .wires import ErrorEvent, Wire, classify, leading_type
+
+__all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "SSEScanner"]
 
 _BOM = b"\xef\xbb\xbf"
 _DONE = b"[DONE]"
 # Longest heartbeat event type name that can be recognised, plus "event: ".
 MAX_EVENT_TYPE = 56
 _PREFIX = MAX_EVENT_TYPE + 8
+#: Bytes of one event's data kept for ``classify`` on a classifying wire; an
+#: event whose data is longer is judged on what was kept (see ``wires``).
+CAPTURE_LIMIT = 64 * 1024
 # The type of an event without an ``event`` field (or with an empty one).
 _MESSAGE = b"message"
 # A run of events that are each exactly one data line (not [DONE]) and a blank
 # line, LF endings: the bulk of any LLM stream, counted without a Python loop.
 _PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
-# Used instead when such events are of a heartbeat type (``message``): matches nothing.
+# Used instead when such events are of a heartbeat type (``message``), or must
+# each be classified: matches nothing.
 _NO_RUN = re.compile(rb"(?!)")
 
 
@@ -48,28 +62,39 @@ class SSEScanner:
     """Count completed progress events in an SSE byte stream fed in chunks.
 
     ``feed(chunk)`` returns how many progress events the chunk completed.
-    ``events`` is the running total; ``done`` turns true once a progress event
-    whose data starts with ``[DONE]`` has completed (the openai SDK's own test;
-    an event of a heartbeat type never sets it). ``heartbeat_events`` names
-    event types (the ``event:`` field) that are keepalives rather than
-    progress, such as Anthropic's ``ping``; naming ``message`` makes every
-    event without an ``event`` field a keepalive too.
+    ``events`` is the running total; ``done`` turns true once an end event
+    has completed (a generic or Chat Completions event whose data starts
+    with ``[DONE]``, the openai SDK's own test; Responses'
+    ``response.completed``; Anthropic's ``message_stop``; an event of a
+    heartbeat type never sets it). ``heartbeat_events`` names event types
+    (the ``event:`` field, or on the Responses and Messages wires the
+    data's leading ``"type"``) that are keepalives rather than progress, such
+    as Anthropic's ``ping``; naming ``message`` makes every event without an
+    ``event`` field a keepalive too. ``wire`` says what the events mean
+    (``wires.classify``); ``error`` is the first error event that completed
+    before any progress, if any.
     """
 
     __slots__ = (
         "_at_start",
+        "_cap",
+        "_capture",
         "_cr_pending",
+        "_data",
+        "_data_size",
         "_event_done",
         "_event_has_data",
         "_event_type",
         "_heartbeats",
         "_line",
         "_plain_run",
+        "_wire",
         "done",
+        "error",
         "events",
     )
 
-    def __init__(self, heartbeat_events: Collection[str] = ()) -> None:
+    def __init__(self, heartbeat_events: Collection[str] = (), wire: Wire = "generic") -> None:
         for name in heartbeat_events:
             if not name or len(name.encode()) > MAX_EVENT_TYPE:
                 raise ValueError(
@@ -77,10 +102,18 @@ class SSEScanner:
                     f" got {name!r}"
                 )
         self._heartbeats = frozenset(name.encode() for name in heartbeat_events)
-        self._plain_run = _NO_RUN if _MESSAGE in self._heartbeats else _PLAIN_RUN
+        self._wire = wire
+        # Events are classified, and their data kept for it, on every wire but
+        # generic; Chat Completions only until its first output (only an error
+        # before it changes anything), then it takes the fast path.
+        self._capture = wire != "generic"
+        self._cap = CAPTURE_LIMIT if self._capture else _PREFIX
+        plain = _MESSAGE not in self._heartbeats and wire == "generic"
+        self._plain_run = _PLAIN_RUN if plain else _NO_RUN
         self.events = 0
         self.done = False
-        # Bytes of the current, unterminated line: at most _PREFIX, since the
+        self.error: ErrorEvent | None = None
+        # Bytes of the current, unterminated line: at most _cap, since the
         # rest never changes a decision.
         self._line = b""
         self._cr_pending = False  # the last chunk ended in CR: a leading LF is its partner
@@ -88,6 +121,8 @@ class SSEScanner:
         self._event_has_data = False
         self._event_done = False
         self._event_type = b""
+        self._data: list[bytes] = []  # the event's data lines, while capturing
+        self._data_size = 0
 
     def feed(self, chunk: bytes) -> int:
         """Scan ``chunk``; return the number of progress events it completed."""
@@ -138,11 +173,12 @@ class SSEScanner:
             if self._line:
                 line = self._line + line
                 self._line = b""
-            self._line_ended(line[:_PREFIX].rstrip(b"\r\n"))
+            self._line_ended(line[: self._cap].rstrip(b"\r\n"))
         if last[-1:] == b"\r":
             self._cr_pending = True
         elif complete is not lines:
-            self._line = (self._line + last[:_PREFIX])[:_PREFIX]
+            cap = self._cap
+            self._line = (self._line + last[:cap])[:cap]
         return self.events - before
 
     def _strip_bom(self, chunk: bytes) -> bytes:
@@ -156,29 +192,64 @@ class SSEScanner:
         return pending[len(_BOM) :] if pending.startswith(_BOM) else pending
 
     def _line_ended(self, line: bytes) -> None:
-        # `line` holds at most _PREFIX meaningful bytes of a complete line.
+        # `line` holds at most _cap meaningful bytes of a complete line.
         if not line:
-            if self._event_has_data and (self._event_type or _MESSAGE) not in self._heartbeats:
-                self.events += 1
-                if self._event_done:
-                    self.done = True
+            if self._event_has_data:
+                self._event_ended()
             self._event_has_data = False
             self._event_done = False
             self._event_type = b""
+            if self._data:
+                self._data = []
+                self._data_size = 0
             return
         if line[:4] == b"data" and (len(line) == 4 or line[4:5] == b":"):
+            value = line[5:]
+            if value[:1] == b" ":
+                value = value[1:]
             if not self._event_has_data:
-                value = line[5:]
-                if value[:1] == b" ":
-                    value = value[1:]
                 self._event_done = value.startswith(_DONE)
             self._event_has_data = True
+            if self._capture and self._data_size < CAPTURE_LIMIT:
+                self._data.append(value[: CAPTURE_LIMIT - self._data_size])
+                self._data_size += len(value) + 1  # and the LF that joins data lines
         elif line[:5] == b"event" and (len(line) == 5 or line[5:6] == b":"):
             value = line[6:]
             if value[:1] == b" ":
                 value = value[1:]
             if not value.isascii():
-                # The type is text: compare it decoded, invalid bytes as U+FFFD. Kept
-                # within MAX_EVENT_TYPE + 1 bytes, too long for any heartbeat name.
-                value = value.decode("utf-8", "replace").encode()[: MAX_EVENT_TYPE + 1]
-            self._event_type = value
+                # The type is text: compare it decoded, invalid bytes as U+FFFD.
+                value = value.decode("utf-8", "replace").encode()
+            # Kept within MAX_EVENT_TYPE + 1 bytes: too long for any name.
+            self._event_type = value[: MAX_EVENT_TYPE + 1]
+
+    def _event_ended(self) -> None:
+        """An event with data completed: count it if it is progress."""
+        event_type = self._event_type
+        if not self._capture:
+            if (event_type or _MESSAGE) not in self._heartbeats:
+                self.events += 1
+                if self._event_done:
+                    self.done = True
+            return
+        data = b"\n".join(self._data)
+        if not event_type and self._wire != "chat_completions":
+            event_type = leading_type(data) or b""
+        kind = classify(
+            self._wire, event_type or _MESSAGE, data, self._heartbeats, done=self._event_done
+        )
+        if isinstance(kind, ErrorEvent):
+            if self.events == 0:
+                if self.error is None:
+                    self.error = kind
+                return
+        elif kind not in ("output", "end"):
+            return  # preamble, heartbeat
+        self.events += 1
+        if kind == "end":
+            self.done = True
+        if self._wire == "chat_completions" and self.events == 1:
+            # Past the first output nothing on this wire is classified: the fast path.
+            self._capture = False
+            self._cap = _PREFIX
+            self._plain_run = _PLAIN_RUN if _MESSAGE not in self._heartbeats else _NO_RUN

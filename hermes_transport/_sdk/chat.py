@@ -1,48 +1,25 @@
-"""Stream one chat completion to the end: inline, on a worker, or on an event loop.
+"""Stream one chat completion to the end (Chat Completions API): inline, on a worker, or async.
 
-Inline, the request is issued and read on the calling thread. On a worker, it
-runs on one thread (started per call, with the caller's contextvars) while the
-caller waits, still responsive: an interrupt or a KeyboardInterrupt ends the
-wait at once and stops the worker's request.
-
-Errors are the same whatever the openai major: ``StreamStalled`` once the
-call's re-sends are spent, ``StreamInterrupted`` on interrupt, other SDK
-errors as the SDK raised them. A run binds one ``Call`` (the re-send budget)
-to its context; under it the transport raises its stalls and interrupts as a
-``Handoff``, a ``BaseException`` that passes the SDK's retry loop untouched,
-and the run unwraps it.
+The wire: ``client.chat.completions.create(stream=True, ...)``, chunks
+accumulated by the SDK's own ``ChatCompletionStreamState``, content being
+text, a refusal, a tool call or reasoning. The runs themselves (modes,
+re-sends, errors) are ``runner``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import inspect
-import logging
-import threading
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core.calls import Call, bind_call
-from .._core.errors import Handoff, StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
-from .._core.policy import StreamPolicy
-from .._flavors import flavor_named
-from .._transports.builder import flavor_of, profile_of, transport_policy
+from .runner import astream_call, stream_call
+from .wire import SdkWire
 
 if TYPE_CHECKING:
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["astream_chat_completion", "stream_chat_completion"]
-
-logger = logging.getLogger("hermes_transport")
-
-# How long a worker may outlive its call once told to stop: its request is
-# interrupted at once, so it needs only to unwind.
-WORKER_GRACE = 2.0
 
 
 def stream_chat_completion(
@@ -80,13 +57,7 @@ def stream_chat_completion(
     (``APIStatusError``, ...) as it raised them, and the HTTP library's
     ``RemoteProtocolError`` for a stream that ended without a single chunk.
     """
-    import openai
-
-    job = _Job.of(client, openai.OpenAI, interrupt, on_delta, create_kwargs)
-    if inline is None:
-        profile = profile_of(client)
-        inline = profile.inline if profile is not None else True
-    return _stream(job) if inline else _stream_on_worker(job)
+    return stream_call(CHAT, client, inline, interrupt, on_delta, create_kwargs)
 
 
 async def astream_chat_completion(
@@ -105,200 +76,22 @@ async def astream_chat_completion(
     call always runs on the awaiting task, whatever the client's platform.
     Cancelling that task cancels the call as usual, closing its connection.
     """
-    import openai
-
-    run = _Run(_Job.of(client, openai.AsyncOpenAI, interrupt, on_delta, create_kwargs))
-    with run.bound():
-        while True:
-            try:
-                stream = await run.job.client.chat.completions.create(**run.job.create_kwargs)
-                try:
-                    async for chunk in stream:
-                        delivered = run.took(chunk)
-                        if delivered is not None and inspect.isawaitable(delivered):
-                            await delivered
-                finally:
-                    await stream.close()
-                return run.result()
-            except (Exception, Handoff) as exc:
-                error = run.failure(exc)
-                if error is None:
-                    continue
-                if error is exc:
-                    raise
-                if not isinstance(exc, Handoff):
-                    raise error from error.__cause__  # the SDK wrapper shows as context
-            # Unwrapped from a Handoff: raised outside the handler, not to show it as context.
-            raise error from error.__cause__
+    return await astream_call(CHAT, client, interrupt, on_delta, create_kwargs)
 
 
-@dataclass(frozen=True)
-class _Job:
-    """One streaming call, as the inline, worker and async paths all need it."""
+class _ChatAssembly:
+    """The SDK's ``ChatCompletionStreamState``, for one attempt."""
 
-    client: Any  # openai.OpenAI or openai.AsyncOpenAI
-    policy: StreamPolicy
-    tokens: list[Interrupt]
-    on_delta: Callable[[ChatCompletionChunk], Any] | None
-    create_kwargs: dict[str, Any]
-
-    @classmethod
-    def of(
-        cls,
-        client: Any,
-        client_class: type[Any],
-        interrupt: Interrupt | None,
-        on_delta: Callable[[ChatCompletionChunk], Any] | None,
-        create_kwargs: dict[str, Any],
-    ) -> _Job:
-        if not isinstance(client, client_class):
-            sync = client_class.__name__ == "OpenAI"
-            other = "astream_chat_completion" if sync else "stream_chat_completion"
-            kind = "an async" if sync else "a sync"
-            raise TypeError(
-                f"client must be an openai.{client_class.__name__}, got"
-                f" {type(client).__name__}; for {kind} client use {other}()"
-            )
-        if create_kwargs.get("stream", True) is not True:
-            raise ValueError("a streaming runner always streams; drop stream=False")
-        if interrupt is not None and not isinstance(interrupt, Interrupt):
-            raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
-        create_kwargs["stream"] = True
-        profile = profile_of(client)
-        if profile is not None:
-            policy = profile.policy
-        else:  # the SDK keeps its httpx client in `_client`
-            policy = transport_policy(getattr(client, "_client", None))
-        tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
-        return cls(client, policy, tokens, on_delta, create_kwargs)
-
-
-class _Run:
-    """The attempts of one streaming call: what was accumulated and delivered, and re-sends.
-
-    No I/O: the sync and async loops feed it chunks and errors.
-    """
-
-    def __init__(self, job: _Job) -> None:
-        self.job = job
-        self.call = Call(job.policy.retries)
-        self._begin()
-
-    def _begin(self) -> None:
+    def __init__(self, stream: object) -> None:
         from openai.lib.streaming.chat import ChatCompletionStreamState
 
         self.state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
-        self.delivered = False
-        self.chunks = 0
 
-    @contextmanager
-    def bound(self) -> Iterator[None]:
-        """Bind the call's interrupt tokens and re-send budget to this context."""
-        with ExitStack() as stack:
-            for token in self.job.tokens:
-                stack.enter_context(token.bind())
-            stack.enter_context(bind_call(self.call))
-            yield
-
-    def took(self, chunk: ChatCompletionChunk) -> Any:
-        """Accumulate a chunk and hand it to ``on_delta``; return what that returned."""
+    def take(self, chunk: ChatCompletionChunk) -> None:
         self.state.handle_chunk(chunk)
-        self.chunks += 1
-        if self.job.on_delta is None:
-            return None
-        result = self.job.on_delta(chunk)
-        self.delivered = self.delivered or _carries_content(chunk)
-        return result
 
     def result(self) -> ChatCompletion:
-        if not self.chunks:
-            # The HTTP library's own protocol error, as for any other broken stream.
-            http = flavor_of(getattr(self.job.client, "_client", None), flavor_named("httpx")).http
-            raise http.RemoteProtocolError("the stream ended without a single chunk")
         return _assembled(self.state)
-
-    def failure(self, exc: Exception | Handoff) -> BaseException | None:
-        """``None`` to send the call again (after a stall nobody saw), else what to raise."""
-        error = _unwrapped(exc)
-        if (
-            isinstance(error, StreamStalled)
-            and error.stage == "mid_stream"
-            and not self.delivered
-            and self.call.take_resend()
-        ):
-            logger.warning(
-                "stream stalled after its first event with nothing delivered;"
-                " re-sending (%d re-send(s) left)",
-                self.call.resends_left,
-            )
-            self._begin()
-            return None
-        return error
-
-
-def _stream(job: _Job) -> ChatCompletion:
-    run = _Run(job)
-    with run.bound():
-        while True:
-            try:
-                stream = job.client.chat.completions.create(**job.create_kwargs)
-                with contextlib.closing(stream):
-                    for chunk in stream:
-                        run.took(chunk)
-                return run.result()
-            except (Exception, Handoff) as exc:
-                error = run.failure(exc)
-                if error is None:
-                    continue
-                if error is exc:
-                    raise
-                if not isinstance(exc, Handoff):
-                    raise error from error.__cause__  # the SDK wrapper shows as context
-            # Unwrapped from a Handoff: raised outside the handler, not to show it as context.
-            raise error from error.__cause__
-
-
-def _stream_on_worker(job: _Job) -> ChatCompletion:
-    # The call's own token: how the caller stops the worker whatever stopped it.
-    stop = Interrupt()
-    finished = threading.Event()
-    outcome: dict[str, Any] = {}
-    context = contextvars.copy_context()
-
-    def work() -> None:
-        try:
-            outcome["value"] = context.run(_stream, replace(job, tokens=[*job.tokens, stop]))
-        except BaseException as exc:  # handed to the caller, whatever it is
-            outcome["error"] = exc
-        finally:
-            finished.set()
-
-    tokens = job.tokens
-    removers = [token._add_listener(lambda _reason: finished.set()) for token in tokens]
-    worker = threading.Thread(target=work, name="hermes-transport-call", daemon=True)
-    try:
-        worker.start()
-        try:
-            finished.wait()
-        except BaseException as exc:  # KeyboardInterrupt (or any async exception) in the caller
-            stop.interrupt(f"caller stopped waiting: {type(exc).__name__}")
-            worker.join(WORKER_GRACE)
-            raise
-        if "error" not in outcome and "value" not in outcome:
-            # Woken by an interrupt token: stop the worker and report it now.
-            reason = next((t.reason for t in tokens if t.reason is not None), "interrupted")
-            stop.interrupt(reason)
-            worker.join(WORKER_GRACE)
-            if "error" in outcome and isinstance(outcome["error"], StreamInterrupted):
-                raise outcome["error"]
-            raise StreamInterrupted(reason, stage="waiting")
-    finally:
-        for remove in removers:
-            remove()
-    if "error" in outcome:
-        raise outcome["error"]
-    value: ChatCompletion = outcome["value"]
-    return value
 
 
 def _carries_content(chunk: ChatCompletionChunk) -> bool:
@@ -311,25 +104,6 @@ def _carries_content(chunk: ChatCompletionChunk) -> bool:
         if extra.get("reasoning_content") or extra.get("reasoning"):
             return True
     return False
-
-
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _unwrapped(exc: BaseException) -> BaseException:
-    """Our error inside the SDK's wrappers, if any; else ``exc`` itself."""
-    for cause in _causes(exc):
-        if isinstance(cause, Handoff):
-            return cause.error
-        if isinstance(cause, (StreamStalled, StreamInterrupted)):
-            return cause
-    return exc
 
 
 def _assembled(state: Any) -> ChatCompletion:
@@ -348,3 +122,14 @@ def _assembled(state: Any) -> ChatCompletion:
             call.pop("index", None)  # a chunk's delta field, not a message's
             (call.get("function") or {}).pop("parsed_arguments", None)
     return ChatCompletion.model_validate(data)
+
+
+CHAT: SdkWire[ChatCompletion] = SdkWire(
+    sdk="openai",
+    runner="stream_chat_completion",
+    unit="chunk",
+    final=None,
+    endpoint=lambda client: client.chat.completions,
+    assembly=_ChatAssembly,
+    carries_content=_carries_content,
+)

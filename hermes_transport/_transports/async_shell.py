@@ -16,7 +16,7 @@ The public classes (``_flavors``) only name their HTTP library.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -29,6 +29,7 @@ from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
 from .._core.progress import ProgressMeter
+from .._core.wires import ErrorEvent
 from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
@@ -76,8 +77,9 @@ class AsyncWatchedStream(BodyWatch):
         watcher: LoopWatchdog,
         *,
         drains: bool,
+        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
     ) -> None:
-        super().__init__(guard, attempt, meter, stale, watcher.arm)
+        super().__init__(guard, attempt, meter, stale, watcher.arm, resend_error)
         self._inner = inner
         self._chunks = inner.__aiter__()
         self._watcher = watcher
@@ -182,6 +184,22 @@ class AsyncWatchedStream(BodyWatch):
                     return
 
 
+async def _pause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatchdog) -> None:
+    """Wait ``seconds`` before a re-send, or until one of ``tokens`` fires (from any
+    thread; the next attempt then fails at once, sending nothing)."""
+    woken = anyio.Event()
+    removers = [
+        token._add_listener(lambda _reason: watcher.call_soon_threadsafe(woken.set))
+        for token in tokens
+    ]
+    try:
+        with anyio.move_on_after(seconds):
+            await woken.wait()
+    finally:
+        for remove in removers:
+            remove()
+
+
 class AsyncInner(Protocol):
     """What an async shell needs of its inner transport."""
 
@@ -230,6 +248,8 @@ class AsyncShell(Shell[_AsyncInner]):
                 watcher.release(guard)
                 error = exchange.failed(guard, attempt, exc)
                 if error is None:
+                    if exchange.backoff:
+                        await _pause(exchange.backoff, exchange.tokens, watcher)
                     continue
                 if error is exc:
                     raise
@@ -274,6 +294,7 @@ class AsyncShell(Shell[_AsyncInner]):
                             self._policy.stale_budget,
                             watcher,
                             drains=isinstance(response.extensions.get("network_stream"), Tracked),
+                            resend_error=exchange.resend_error,
                         )
                     except BaseException:
                         await response.aclose()

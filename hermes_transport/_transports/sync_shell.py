@@ -10,7 +10,8 @@ watchdog. The public classes (``_flavors``) only name their HTTP library.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -21,6 +22,7 @@ from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
 from .._core.progress import ProgressMeter
+from .._core.wires import ErrorEvent
 from .._io.backend import TrackingBackend, reach_untracked
 from .._io.watchdog import watchdog
 from .shell import Shell
@@ -41,8 +43,9 @@ class WatchedStream(BodyWatch):
         attempt: Attempt,
         meter: ProgressMeter | None,
         stale: float | None,
+        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
     ) -> None:
-        super().__init__(guard, attempt, meter, stale, watchdog.arm)
+        super().__init__(guard, attempt, meter, stale, watchdog.arm, resend_error)
         self._inner = inner
         self._chunks = iter(inner)
         # The caller's iteration, once started: close() must know whether a
@@ -126,6 +129,18 @@ class WatchedStream(BodyWatch):
                     return
 
 
+def _pause(seconds: float, tokens: Sequence[Interrupt]) -> None:
+    """Wait ``seconds`` before a re-send, or until one of ``tokens`` fires (the next
+    attempt then fails at once, sending nothing)."""
+    woken = threading.Event()
+    removers = [token._add_listener(lambda _reason: woken.set()) for token in tokens]
+    try:
+        woken.wait(seconds)
+    finally:
+        for remove in removers:
+            remove()
+
+
 class SyncInner(Protocol):
     """What a sync shell needs of its inner transport."""
 
@@ -173,6 +188,8 @@ class SyncShell(Shell[_SyncInner]):
                 guard.close()
                 error = exchange.failed(guard, attempt, exc)
                 if error is None:
+                    if exchange.backoff:
+                        _pause(exchange.backoff, exchange.tokens)
                     continue
                 if error is exc:
                     raise
@@ -196,7 +213,14 @@ class SyncShell(Shell[_SyncInner]):
             if not self._sockets_reachable:
                 reach_untracked(response, guard)
             body = concrete(WatchedStream, self._flavor.http.SyncByteStream)
-            stream = body(response.stream, guard, attempt, meter, self._policy.stale_budget)
+            stream = body(
+                response.stream,
+                guard,
+                attempt,
+                meter,
+                self._policy.stale_budget,
+                exchange.resend_error,
+            )
         except BaseException:
             response.close()
             raise

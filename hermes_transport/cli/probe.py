@@ -103,7 +103,9 @@ def probe(options: ProbeOptions, out: TextIO, err: TextIO) -> int:
         )
         request = _request(client, base_url, options)
         console.line(_heading(request, options))
-        timeline = Timeline(options.gap, console, options.policy.heartbeat_events)
+        timeline = Timeline(
+            options.gap, console, options.policy.heartbeats_for("chat_completions")
+        )
         request.extensions["trace"] = timeline.trace
         with Ticker(console, timeline, options.policy):
             verdict = _stream(client, request, timeline, token)

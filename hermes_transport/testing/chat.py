@@ -1,8 +1,9 @@
 """What the fault server answers on OpenAI's Chat Completions API (``POST /v1/chat/completions``).
 
 Owns the payloads of that wire: the completion JSON, the SSE data events of a stream
-(``[DONE]`` included), the usage object, the ``chatcmpl-`` envelope and the
-OpenAI-style error body (which the server also uses for unknown paths).
+(``[DONE]`` included) and its in-stream error event, the usage object, the ``chatcmpl-``
+envelope and the OpenAI-style error body (which the server also uses for unknown paths
+and the Responses API, which shares it).
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ import json
 import time
 from typing import Any
 
-from .scenarios import TOOL_CALL_ARGUMENTS, TOOL_CALL_NAME, RecordedRequest, Scenario
+from .scenarios import (
+    TOOL_CALL_ARGUMENTS,
+    TOOL_CALL_NAME,
+    RecordedRequest,
+    Scenario,
+    tool_call_pieces,
+)
+from .stream import WireStream, sse_comment
 
-__all__ = ["chat_completion", "chat_error", "chat_events"]
+__all__ = ["chat_completion", "chat_error", "chat_events", "chat_stream"]
 
-_TOOL_PIECES = [TOOL_CALL_ARGUMENTS[i : i + 8] for i in range(0, len(TOOL_CALL_ARGUMENTS), 8)]
+_TOOL_PIECES = tool_call_pieces()
 
 
 def chat_error(status: int, message: str) -> dict[str, object]:
@@ -85,3 +93,20 @@ def chat_events(scenario: Scenario, request: RecordedRequest, n: int) -> list[by
     newline = b"\r\n" if scenario.crlf else b"\n"
     payloads = [json.dumps(chunk).encode() for chunk in chunks] + [b"[DONE]"]
     return [b"data: " + payload + newline + newline for payload in payloads]
+
+
+def chat_stream(scenario: Scenario, request: RecordedRequest, n: int) -> WireStream:
+    """The stream, its ``: keepalive`` comment and its in-stream error event.
+
+    The error is a data event holding an OpenAI error object (no ``[DONE]`` follows it),
+    which the openai SDK raises as ``APIError``. ``think`` pauses before the first event.
+    """
+    newline = b"\r\n" if scenario.crlf else b"\n"
+    kind = scenario.error_event or "server_error"
+    error = {"message": scenario.message, "type": kind, "param": None, "code": kind}
+    return WireStream(
+        chat_events(scenario, request, n),
+        think_at=0,
+        keepalive=sse_comment(scenario.crlf),
+        error=b"data: " + json.dumps({"error": error}).encode() + newline + newline,
+    )

@@ -1,9 +1,10 @@
 """The fault server's request handler: reading a request, shaping its answer.
 
-Owns :class:`Handler`, which records each request, picks the wire (Chat Completions
-or Messages) and plays the scenario's faults (stalls, keep-alives, truncation,
-lingering), and the body helpers it writes with: incremental gzip, chunked framing,
-a byte per write, coalesced writes.
+Owns :class:`Handler`, which records each request, picks the wire (Chat Completions,
+Messages or Responses, whose stored responses it also retrieves, resumes and cancels)
+and plays the scenario's faults over that wire's :class:`~.stream.WireStream` (stalls,
+thinking, keep-alives, truncation, in-stream errors, lingering), and the body helpers it
+writes with: incremental gzip, chunked framing, a byte per write, coalesced writes.
 """
 
 from __future__ import annotations
@@ -18,9 +19,20 @@ from io import BufferedIOBase
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .chat import chat_completion, chat_error, chat_events
-from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_events, ping
+from .chat import chat_completion, chat_error, chat_stream
+from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
+from .responses import (
+    RESPONSES_PATH,
+    replay_stream,
+    responses_completion,
+    responses_route,
+    responses_stream,
+    starting_after,
+)
 from .scenarios import RecordedRequest, Scenario
+
+if TYPE_CHECKING:
+    from .stream import WireStream
 
 if TYPE_CHECKING:
     from .server import FaultHTTPServer
@@ -85,8 +97,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         request = fault._record(self, body, arrived)
         try:
+            route = responses_route(request.method, request.path)
             if request.attempt >= 0:
                 self._chat(fault.scenario.for_attempt(request.attempt), request)
+            elif route is not None:
+                self._stored(*route)
             else:
                 message = f"Invalid URL ({self.command} {urlsplit(self.path).path})"
                 self._send_json(404, chat_error(404, message), Scenario())
@@ -108,36 +123,54 @@ class Handler(BaseHTTPRequestHandler):
 
     def _chat(self, scenario: Scenario, request: RecordedRequest) -> None:
         stopping = self.server.fault._stopping
+        path = urlsplit(request.path).path
+        resume = request.method == "GET"  # the one attempt that is a GET: a stream resume
+        streaming = resume or request.stream is True
         if scenario.stall_before_headers:
             self._hold(scenario, None)
-        if not request.stream and scenario.json_delay and stopping.wait(scenario.json_delay):
+        if not streaming and scenario.json_delay and stopping.wait(scenario.json_delay):
             raise _Abort
-        n = next(self.server.fault._ids)
-        if urlsplit(request.path).path == MESSAGES_PATH:
-            self._messages(scenario, request, n)
-        elif scenario.status != 200:
-            self._send_json(
-                scenario.status, chat_error(scenario.status, scenario.message), scenario
-            )
-        elif not request.stream:
-            self._send_json(200, chat_completion(scenario, request, n), scenario)
-        else:
-            self._stream(scenario, chat_events(scenario, request, n))
-
-    def _messages(self, scenario: Scenario, request: RecordedRequest, n: int) -> None:
+        n, store = next(self.server.fault._ids), self.server.fault._responses
         if scenario.status != 200:
-            self._send_json(
-                scenario.status, messages_error(scenario.status, scenario.message), scenario
-            )
-        elif not request.stream:
-            self._send_json(200, messages_completion(scenario, request, n), scenario)
+            error = messages_error if path == MESSAGES_PATH else chat_error
+            self._send_json(scenario.status, error(scenario.status, scenario.message), scenario)
+        elif resume:
+            response_id = path.rsplit("/", 1)[-1]
+            stored = store.get(response_id)
+            if stored is None or stored.events is None:
+                self._send_json(404, _not_found(response_id), scenario)
+            else:
+                after = starting_after(request.path)
+                self._stream(scenario, replay_stream(scenario, stored, after))
+        elif path == MESSAGES_PATH:
+            if streaming:
+                self._stream(scenario, messages_stream(scenario, request, n))
+            else:
+                self._send_json(200, messages_completion(scenario, request, n), scenario)
+        elif path == RESPONSES_PATH:
+            if streaming:
+                self._stream(scenario, responses_stream(scenario, request, n, store))
+            else:
+                self._send_json(200, responses_completion(scenario, request, n, store), scenario)
+        elif streaming:
+            self._stream(scenario, chat_stream(scenario, request, n))
         else:
-            self._stream(scenario, messages_events(scenario, request, n), ping(scenario.crlf))
+            self._send_json(200, chat_completion(scenario, request, n), scenario)
 
-    def _stream(
-        self, scenario: Scenario, events: list[bytes], keepalive: bytes | None = None
-    ) -> None:
-        stopping = self.server.fault._stopping
+    def _stored(self, response_id: str, action: str) -> None:
+        """Retrieve or cancel a stored response (no scenario applies: these are no attempts)."""
+        store = self.server.fault._responses
+        if action == "cancel":
+            response = store.cancel(response_id)
+        else:
+            stored = store.get(response_id)
+            response = stored.response if stored is not None else None
+        if response is None:
+            self._send_json(404, _not_found(response_id), Scenario())
+        else:
+            self._send_json(200, response, Scenario())
+
+    def _stream(self, scenario: Scenario, wire: WireStream) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -145,44 +178,70 @@ class Handler(BaseHTTPRequestHandler):
         if scenario.gzip:
             self.send_header("Content-Encoding", "gzip")
         self.end_headers()
-        body = _Body(self, scenario, chunked=True)
-        cut = scenario.stall_after_events
-        cut = scenario.truncate_after_events if cut is None else cut
-        events = events[:cut]
-        if scenario.write_size:
-            events = _coalesced(events, scenario.write_size)
-        for index, event in enumerate(events):
+        try:
+            self._play(scenario, wire, _Body(self, scenario, chunked=True))
+        finally:
+            wire.ended()
+
+    def _play(self, scenario: Scenario, wire: WireStream, body: _Body) -> None:
+        stopping = self.server.fault._stopping
+        limit = len(wire)
+        for cut in (scenario.stall_after_events, scenario.truncate_after_events):
+            limit = min(limit, cut) if cut is not None else limit
+        if scenario.error_event is not None:  # the error stands in for at least the last event
+            limit = max(0, min(scenario.error_after_events, len(wire) - 1))
+        writes = _Writes(body, scenario.write_size)
+        for index in range(limit + 1):
+            if index == wire.think_at < len(wire) and scenario.think:
+                writes.flush()
+                self._wait(scenario.think, body, wire, scenario.keepalive_interval)
+            if index == limit:
+                break
             if index and scenario.event_interval and stopping.wait(scenario.event_interval):
                 raise _Abort
-            body.send(event)
+            writes.send(wire.event(index))
+        if scenario.error_event is not None:
+            writes.send(wire.error())
+        writes.flush()
         if scenario.truncate_after_events is not None:
             raise _Abort  # no terminating chunk: the client must see a protocol error
         if scenario.stall_after_events is not None:
-            self._hold(scenario, body, keepalive)
+            self._hold(scenario, body, wire)
         if scenario.linger_after_done and stopping.wait(scenario.linger_after_done):
             raise _Abort
         body.finish()
 
     def _hold(
-        self, scenario: Scenario, body: _Body | None, keepalive: bytes | None = None
+        self, scenario: Scenario, body: _Body | None, wire: WireStream | None = None
     ) -> None:
         """Stall for at most ``scenario.hold`` seconds, then hang up (always raises).
 
-        With a ``comment_interval``, ``keepalive`` (default: a ``: keepalive`` comment)
-        is sent that often meanwhile.
+        With a ``comment_interval`` and a body, the wire's keepalive is sent that often.
+        """
+        self._wait(scenario.hold, body, wire, scenario.comment_interval)
+        raise _Abort
+
+    def _wait(
+        self, seconds: float, body: _Body | None, wire: WireStream | None, interval: float | None
+    ) -> None:
+        """Wait ``seconds``, sending ``wire``'s keepalive after every full ``interval``.
+
+        Raises :class:`_Abort` on stop, and, when it sends nothing, once the client hangs up
+        (a keepalive sent to a gone client raises by itself).
         """
         stopping = self.server.fault._stopping
-        comment = keepalive or b": keepalive" + (b"\r\n\r\n" if scenario.crlf else b"\n\n")
-        interval = scenario.comment_interval if body is not None else None
-        deadline = time.monotonic() + scenario.hold
+        if body is None or wire is None:
+            interval = None
+        deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
-            if stopping.wait(min(interval or _POLL, remaining)):
-                break
-            if body is not None and interval is not None:
-                body.send(comment)  # a gone client makes this raise
+            step = min(interval or _POLL, remaining)
+            if stopping.wait(step):
+                raise _Abort
+            if body is not None and wire is not None and interval is not None:
+                if step == interval:
+                    body.send(wire.keepalive())
             elif self._client_gone():
-                break
-        raise _Abort
+                raise _Abort
 
     def _client_gone(self) -> bool:
         # A non-blocking peek rather than select(), which cannot watch fds >= 1024; on the
@@ -213,17 +272,26 @@ class Handler(BaseHTTPRequestHandler):
         _Body(self, scenario, chunked=False).send(data)
 
 
-def _coalesced(events: list[bytes], size: int) -> list[bytes]:
-    """``events`` joined into writes of at least ``size`` bytes (the last may be shorter)."""
-    writes: list[bytes] = []
-    pending: list[bytes] = []
-    pending_size = 0
-    for event in events:
-        pending.append(event)
-        pending_size += len(event)
-        if pending_size >= size:
-            writes.append(b"".join(pending))
-            pending, pending_size = [], 0
-    if pending:
-        writes.append(b"".join(pending))
-    return writes
+def _not_found(response_id: str) -> dict[str, object]:
+    return chat_error(404, f"Response with id '{response_id}' not found.")
+
+
+class _Writes:
+    """Coalesces events into writes of at least ``size`` bytes (0: one write per event)."""
+
+    def __init__(self, body: _Body, size: int) -> None:
+        self._body, self._size = body, size
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+
+    def send(self, event: bytes) -> None:
+        self._pending.append(event)
+        self._pending_size += len(event)
+        if self._pending_size >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending, before any pause."""
+        if self._pending:
+            self._body.send(b"".join(self._pending))
+            self._pending, self._pending_size = [], 0

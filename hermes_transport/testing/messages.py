@@ -2,7 +2,8 @@
 
 The shapes follow Anthropic's streaming format: named events, a ``ping``
 after ``message_start`` (and, while a model is silent, as its keepalive),
-``message_stop`` at the end and no ``[DONE]``. Text content only.
+``message_stop`` at the end and no ``[DONE]``; a failure mid-stream is an
+``event: error`` inside the HTTP 200 stream. Text content only.
 """
 
 from __future__ import annotations
@@ -10,10 +11,19 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from .stream import WireStream
+
 if TYPE_CHECKING:
     from .scenarios import RecordedRequest, Scenario
 
-__all__ = ["MESSAGES_PATH", "messages_completion", "messages_error", "messages_events", "ping"]
+__all__ = [
+    "MESSAGES_PATH",
+    "messages_completion",
+    "messages_error",
+    "messages_events",
+    "messages_stream",
+    "ping",
+]
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -74,6 +84,23 @@ def messages_events(scenario: Scenario, request: RecordedRequest, n: int) -> lis
         _event("message_stop", {}, newline),
     ]
     return events
+
+
+def messages_stream(scenario: Scenario, request: RecordedRequest, n: int) -> WireStream:
+    """The stream, its ``ping`` keepalive and its ``event: error``.
+
+    ``think`` pauses after ``message_start``, ``content_block_start`` and the first ping,
+    before the first ``content_block_delta``.
+    """
+    newline = b"\r\n" if scenario.crlf else b"\n"
+    kind = scenario.error_event or "api_error"
+    error = {"error": {"type": kind, "message": scenario.message}}
+    return WireStream(
+        messages_events(scenario, request, n),
+        think_at=3,
+        keepalive=ping(scenario.crlf),
+        error=_event("error", error, newline),
+    )
 
 
 def messages_completion(scenario: Scenario, request: RecordedRequest, n: int) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Owns :class:`Scenario` (the recipe for one answer), :class:`RecordedRequest` (what
 arrived) and the public constants they speak of: the Chat Completions path and the
-tool call. It imports no wire module; the wires import it.
+tool call (with the pieces every wire streams its arguments in). It imports no wire
+module; the wires import it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "TOOL_CALL_NAME",
     "RecordedRequest",
     "Scenario",
+    "tool_call_pieces",
 ]
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
@@ -24,10 +26,17 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 TOOL_CALL_NAME = "get_weather"
 #: JSON arguments of that tool call; streams split them into 8-character pieces.
 TOOL_CALL_ARGUMENTS = '{"city": "Paris", "unit": "celsius"}'
+
+
+def tool_call_pieces() -> list[str]:
+    """:data:`TOOL_CALL_ARGUMENTS` in the 8-character pieces that streams send."""
+    return [TOOL_CALL_ARGUMENTS[i : i + 8] for i in range(0, len(TOOL_CALL_ARGUMENTS), 8)]
+
+
 _ERROR_MESSAGE = "The server had an error while processing your request."
 _NON_NEGATIVE: tuple[str, ...] = ("hold", "byte_delay", "event_interval", "json_delay")
 _NON_NEGATIVE += ("stall_attempts", "stall_after_events", "truncate_after_events")
-_NON_NEGATIVE += ("linger_after_done", "write_size")
+_NON_NEGATIVE += ("linger_after_done", "write_size", "think", "error_after_events")
 
 
 @dataclass(frozen=True)
@@ -36,9 +45,10 @@ class RecordedRequest:
 
     ``headers`` has lower-cased names; ``json`` is the parsed body (None if empty or not
     JSON); ``stream`` is the body's ``"stream"`` if it is a bool; ``time`` is
-    :func:`time.monotonic` once the request head was read; ``attempt`` is the 0-based index
-    among chat-completion and messages requests since the server started (-1 for any
-    other request).
+    :func:`time.monotonic` once the request head was read; ``attempt`` is the 0-based index,
+    since the server started, among the requests a :class:`Scenario` answers: chat
+    completions, messages, Responses creations (``POST /v1/responses``) and Responses
+    stream resumes (``GET /v1/responses/{id}?stream=true``); -1 for any other request.
     """
 
     method: str
@@ -53,24 +63,40 @@ class RecordedRequest:
 
 @dataclass(frozen=True)
 class Scenario:
-    """How the server answers a chat-completion request; the classmethods cover common cases.
+    """How the server answers a request of any wire; the classmethods cover common cases.
 
-    Content: one data event per ``content`` piece (the first carries ``role``); ``tool_call``
-    then adds a :data:`TOOL_CALL_NAME` call with its arguments split across events;
-    ``finish_reason`` defaults to ``"tool_calls"`` or ``"stop"``; ``usage`` adds a usage
-    object. A ``status`` other than 200 answers with an OpenAI-style error and ``message``.
+    Content: one output event per ``content`` piece; ``tool_call`` then adds a
+    :data:`TOOL_CALL_NAME` call with its arguments split across events; ``finish_reason``
+    (Chat Completions and Messages only) defaults to ``"tool_calls"`` or ``"stop"``;
+    ``usage`` adds a usage object. A ``status`` other than 200 answers with the wire's
+    error JSON and ``message``.
 
     Faults, at most one: ``stall_before_headers`` sends nothing at all;
-    ``stall_after_events`` sends that many data events, then nothing, or only ``: keepalive``
-    comments every ``comment_interval`` seconds; ``truncate_after_events`` sends that many
-    data events, then closes without the terminating chunk. A stall ends, and the connection
-    closes, after ``hold`` seconds. The first ``stall_attempts`` chat requests are answered by
-    ``stall_scenario`` instead (default: :meth:`silent_before_headers`).
+    ``stall_after_events`` sends that many events, then nothing, or only the wire's
+    keepalive every ``comment_interval`` seconds (Chat: ``: keepalive`` comments,
+    Messages: ``event: ping``, Responses: numbered ``keepalive`` events);
+    ``truncate_after_events`` sends that many events, then closes without the
+    terminating chunk; ``error_event`` (the error's type or code, such as
+    ``"overloaded_error"``) sends ``error_after_events`` events (at most all but the
+    last), then the wire's in-stream error event in place of the rest, then ends the body
+    cleanly, with status 200 (Responses: an ``error`` event, or with
+    ``error_as_response_failed`` a ``response.failed``). A stall ends, and the connection
+    closes, after ``hold`` seconds. The first ``stall_attempts`` requests that count as
+    attempts (see :class:`RecordedRequest`) are answered by ``stall_scenario`` instead
+    (default: :meth:`silent_before_headers`).
+
+    Thinking: ``think`` seconds of silence after the wire's preamble, before its first
+    output event (Chat: before the first data event; Messages: after ``message_start``,
+    ``content_block_start`` and a ping; Responses: after ``response.created``,
+    ``response.in_progress`` (and ``response.queued``), ``response.output_item.added``
+    and ``response.content_part.added``), with the wire's keepalive every
+    ``keepalive_interval`` seconds meanwhile if set. It combines with every fault that
+    lets the stream reach that point.
 
     Delivery: ``byte_by_byte`` writes each body byte as its own chunk, ``byte_delay`` apart;
-    ``event_interval`` pauses between data events; ``json_delay`` pauses before a
+    ``event_interval`` pauses between events; ``json_delay`` pauses before a
     non-streaming answer; ``gzip`` compresses (sync-flushed per event); ``crlf`` ends SSE
-    lines with CRLF; ``linger_after_done`` pauses between ``data: [DONE]`` and the end of
+    lines with CRLF; ``linger_after_done`` pauses between the last event and the end of
     the body; ``write_size`` (bytes, 0 for one write per event) coalesces events into
     fewer, larger writes, so that a benchmark measures the client rather than this server.
     """
@@ -96,6 +122,11 @@ class Scenario:
     crlf: bool = False
     linger_after_done: float = 0.0
     write_size: int = 0
+    think: float = 0.0
+    keepalive_interval: float | None = None
+    error_event: str | None = None
+    error_after_events: int = 0
+    error_as_response_failed: bool = False
 
     def __post_init__(self) -> None:
         content: object = self.content
@@ -114,6 +145,7 @@ class Scenario:
             "stall_before_headers": self.stall_before_headers,
             "stall_after_events": self.stall_after_events is not None,
             "truncate_after_events": self.truncate_after_events is not None,
+            "error_event": self.error_event is not None,
         }
         faults = [name for name, on in fault_fields.items() if on]
         if len(faults) > 1:
@@ -122,6 +154,7 @@ class Scenario:
             raise ValueError(f"Scenario.comment_interval must be > 0, got {self.comment_interval}")
         if self.comment_interval is not None and self.stall_after_events is None:
             raise ValueError("Scenario.comment_interval requires stall_after_events")
+        self._check_think_and_error()
         if self.byte_delay and not self.byte_by_byte:
             raise ValueError("Scenario.byte_delay requires byte_by_byte=True")
         if self.write_size and (self.event_interval or self.byte_by_byte or self.gzip):
@@ -130,6 +163,20 @@ class Scenario:
             )
         if not isinstance(self.stall_scenario, Scenario | None):
             raise ValueError("Scenario.stall_scenario must be a Scenario or None")
+
+    def _check_think_and_error(self) -> None:
+        interval = self.keepalive_interval
+        if interval is not None and not interval > 0:
+            raise ValueError(f"Scenario.keepalive_interval must be > 0, got {interval}")
+        if interval is not None and not self.think:
+            raise ValueError("Scenario.keepalive_interval requires think > 0")
+        kind = self.error_event
+        if kind is not None and not (isinstance(kind, str) and kind):
+            raise ValueError(f"Scenario.error_event must be a non-empty str, got {kind!r}")
+        if self.error_after_events and kind is None:
+            raise ValueError("Scenario.error_after_events requires error_event")
+        if self.error_as_response_failed and kind is None:
+            raise ValueError("Scenario.error_as_response_failed requires error_event")
 
     @classmethod
     def healthy(
@@ -145,21 +192,21 @@ class Scenario:
 
     @classmethod
     def silent_after(cls, events: int, *, gzip: bool = False) -> Scenario:
-        """Send the headers and the first ``events`` data events, then nothing."""
+        """Send the headers and the first ``events`` events, then nothing."""
         return cls(stall_after_events=events, gzip=gzip)
 
     @classmethod
     def comments_after(
         cls, events: int, *, interval: float = 0.05, gzip: bool = False
     ) -> Scenario:
-        """After ``events`` data events, send only ``: keepalive`` comments every ``interval``."""
+        """After ``events`` events, send only the wire's keepalive every ``interval``."""
         return cls(stall_after_events=events, comment_interval=interval, gzip=gzip)
 
     @classmethod
     def stall_first(
         cls, attempts: int, *, then: Scenario | None = None, stall: Scenario | None = None
     ) -> Scenario:
-        """Answer the first ``attempts`` chat requests like ``stall``, later ones like ``then``.
+        """Answer the first ``attempts`` attempts like ``stall``, later ones like ``then``.
 
         ``stall`` defaults to :meth:`silent_before_headers`, ``then`` to :meth:`healthy`.
         """
@@ -171,7 +218,7 @@ class Scenario:
 
     @classmethod
     def truncated(cls, events: int = 1) -> Scenario:
-        """Send ``events`` data events, then close without the terminating chunk."""
+        """Send ``events`` events, then close without the terminating chunk."""
         return cls(truncate_after_events=events)
 
     @classmethod
@@ -181,11 +228,32 @@ class Scenario:
 
     @classmethod
     def error(cls, status: int = 500, *, message: str = _ERROR_MESSAGE) -> Scenario:
-        """An OpenAI-style JSON error with this status, for streaming requests too."""
+        """The wire's JSON error with this status, for streaming requests too."""
         return cls(status=status, message=message)
 
+    @classmethod
+    def thinking(
+        cls,
+        seconds: float,
+        *,
+        keepalive_interval: float | None = None,
+        content: Sequence[str] = ("hello", " world"),
+    ) -> Scenario:
+        """A healthy stream silent for ``seconds`` before its first output event.
+
+        With ``keepalive_interval``, the wire's keepalive is sent that often meanwhile.
+        """
+        return cls(think=seconds, keepalive_interval=keepalive_interval, content=tuple(content))
+
+    @classmethod
+    def error_in_stream(
+        cls, kind: str = "server_error", *, after_events: int = 0, message: str = _ERROR_MESSAGE
+    ) -> Scenario:
+        """An HTTP 200 stream that fails with the wire's error event after ``after_events``."""
+        return cls(error_event=kind, error_after_events=after_events, message=message)
+
     def for_attempt(self, attempt: int) -> Scenario:
-        """The scenario that answers chat request number ``attempt`` (0-based)."""
+        """The scenario that answers attempt number ``attempt`` (0-based)."""
         if 0 <= attempt < self.stall_attempts:
             stall = self.stall_scenario or Scenario.silent_before_headers()
             return stall.for_attempt(attempt)

@@ -21,11 +21,13 @@ from urllib.parse import urlsplit
 
 from .handler import Handler
 from .messages import MESSAGES_PATH
+from .responses import RESPONSES_PATH, is_resume
 from .scenarios import CHAT_COMPLETIONS_PATH, RecordedRequest, Scenario
+from .store import ResponseStore
 
 __all__ = ["FaultHTTPServer", "FaultServer"]
 
-_CHAT_PATHS = (CHAT_COMPLETIONS_PATH, MESSAGES_PATH)
+_CREATE_PATHS = (CHAT_COMPLETIONS_PATH, MESSAGES_PATH, RESPONSES_PATH)
 
 
 class FaultServer:
@@ -33,7 +35,8 @@ class FaultServer:
 
     Use it as a context manager, or call :meth:`start` (once) and :meth:`stop` (idempotent).
     With a server-side ``ssl_context`` it speaks HTTPS (the handshake runs on the
-    connection's own thread, so a client stalling it blocks nothing else).
+    connection's own thread, so a client stalling it blocks nothing else). It keeps every
+    Responses response it answered, for retrieval and resumes, until it is dropped.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class FaultServer:
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._ids = itertools.count()
+        self._responses = ResponseStore()
         self._stopping = threading.Event()
         self._httpd: FaultHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
@@ -169,10 +173,12 @@ class FaultServer:
         for name, value in handler.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        is_chat = handler.command == "POST" and urlsplit(handler.path).path in _CHAT_PATHS
+        method, target = handler.command, handler.path
+        counts = method == "POST" and urlsplit(target).path in _CREATE_PATHS
+        counts = counts or is_resume(method, target)
         with self._recorded:
-            attempt = self._attempts if is_chat else -1
-            self._attempts += is_chat
+            attempt = self._attempts if counts else -1
+            self._attempts += counts
             request = RecordedRequest(
                 method=handler.command,
                 path=handler.path,

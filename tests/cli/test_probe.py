@@ -658,7 +658,7 @@ def _sse(*pieces: bytes | float, encoding: str = "") -> list[bytes | float]:
 
 def _transport_count(pieces: list[bytes | float]) -> int:
     """The progress events the transport's meter counts in ``pieces``, with the default policy."""
-    meter = ProgressMeter(heartbeat_events=StreamPolicy().heartbeat_events)
+    meter = ProgressMeter(heartbeat_events=StreamPolicy().heartbeats_for("chat_completions"))
     for piece in pieces:
         if isinstance(piece, bytes):
             meter.feed(piece)

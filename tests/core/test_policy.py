@@ -15,6 +15,7 @@ import pytest
 
 from hermes_transport import StreamStalled
 from hermes_transport._core.policy import MAX_SECONDS, StreamPolicy
+from hermes_transport._core.wires import WIRES
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body
@@ -47,7 +48,12 @@ def test_defaults() -> None:
     assert (policy.stale_timeout, policy.first_event_timeout, policy.retries) == (180.0, SAME, 2)
     assert policy.first_event_timeout is StreamPolicy.SAME_AS_STALE
     assert (policy.stale_budget, policy.first_event_budget) == (180.0, 180.0)
-    assert policy.heartbeat_events == frozenset({"ping"})
+    assert policy.heartbeat_events == {
+        "chat_completions": {"ping"},
+        "responses": {"keepalive"},
+        "messages": {"ping"},
+        "generic": {"ping"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -691,11 +697,44 @@ def test_from_env_on_a_subclass_returns_the_subclass() -> None:
     ids=repr,
 )
 def test_heartbeat_events_are_stored_as_a_frozenset(given: Any, stored: tuple[str, ...]) -> None:
-    """Any collection of event type names is accepted and kept as a hashable frozenset."""
+    """One collection of event type names is kept as a hashable frozenset for every wire."""
     policy = StreamPolicy(heartbeat_events=given)
-    assert policy.heartbeat_events == frozenset(stored)
-    assert isinstance(policy.heartbeat_events, frozenset)
+    assert policy.heartbeat_events == dict.fromkeys(WIRES, frozenset(stored))
+    assert all(isinstance(policy.heartbeats_for(wire), frozenset) for wire in WIRES)
     assert hash(policy) == hash(StreamPolicy(heartbeat_events=frozenset(stored)))
+
+
+def test_a_mapping_of_heartbeat_events_sets_its_wires_and_keeps_the_others() -> None:
+    """Wires named in a mapping get exactly those names; the wires left out keep their defaults."""
+    policy = StreamPolicy(heartbeat_events={"responses": ["keepalive", "tick"], "messages": ()})
+    assert policy.heartbeats_for("responses") == {"keepalive", "tick"}
+    assert policy.heartbeats_for("messages") == frozenset()
+    assert policy.heartbeats_for("chat_completions") == {"ping"}
+    assert policy.heartbeats_for("generic") == {"ping"}
+    again = StreamPolicy(heartbeat_events=dict(policy.heartbeat_events))  # type: ignore[arg-type]
+    assert again == policy
+    assert hash(again) == hash(policy)
+    assert pickle.loads(pickle.dumps(policy)) == policy
+    assert copy.deepcopy(policy) == policy
+    assert repr(policy.heartbeat_events).startswith("{'chat_completions': frozenset({'ping'})")
+
+
+@pytest.mark.parametrize(
+    ("value", "culprit"),
+    [
+        ({"respones": ["keepalive"]}, "unknown wire 'respones'"),
+        ({"responses": "keepalive"}, "collection of event type names"),
+        ({"messages": [""]}, "1 to 56 bytes"),
+    ],
+    ids=repr,
+)
+def test_a_bad_mapping_of_heartbeat_events_is_refused_naming_the_culprit(
+    value: object, culprit: str
+) -> None:
+    """An unknown wire, or bad names for a wire, raise ValueError naming the field and the culprit."""
+    with pytest.raises(ValueError, match="heartbeat_events") as info:
+        _build(heartbeat_events=value)
+    assert culprit in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -721,11 +760,35 @@ def test_invalid_heartbeat_events_raise_naming_the_field(value: object) -> None:
     ids=repr,
 )
 def test_from_env_parses_heartbeat_events(raw: str, expected: tuple[str, ...]) -> None:
-    """HERMES_STREAM_HEARTBEAT_EVENTS is a comma-separated list of names, or off for none."""
-    assert StreamPolicy.from_env({HEARTBEATS: raw}).heartbeat_events == frozenset(expected)
+    """HERMES_STREAM_HEARTBEAT_EVENTS is a comma-separated list of names (or off) for every wire."""
+    policy = StreamPolicy.from_env({HEARTBEATS: raw})
+    assert policy.heartbeat_events == dict.fromkeys(WIRES, frozenset(expected))
 
 
-@pytest.mark.parametrize("raw", ["ping,,keepalive", ",", "ping,", "x" * 57], ids=repr)
+@pytest.mark.parametrize(
+    ("raw", "responses", "messages"),
+    [
+        ("responses=keepalive,tick", {"keepalive", "tick"}, {"ping"}),
+        ("responses=off; messages = ping , hb ;", set(), {"ping", "hb"}),
+        ("messages=off", {"keepalive"}, set()),
+    ],
+    ids=["one-wire", "two-wires-spaced", "off"],
+)
+def test_from_env_parses_heartbeat_events_per_wire(
+    raw: str, responses: set[str], messages: set[str]
+) -> None:
+    """'wire=names' groups separated by ';' set those wires; the others keep their defaults."""
+    policy = StreamPolicy.from_env({HEARTBEATS: raw})
+    assert policy.heartbeats_for("responses") == responses
+    assert policy.heartbeats_for("messages") == messages
+    assert policy.heartbeats_for("chat_completions") == {"ping"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["ping,,keepalive", ",", "ping,", "x" * 57, "responses=ping;keepalive", "chat=ping"],
+    ids=repr,
+)
 def test_from_env_malformed_heartbeat_events_raise_naming_variable(raw: str) -> None:
     """An empty or too long name in the variable is refused, naming the variable and its value."""
     with pytest.raises(ValueError, match=HEARTBEATS) as info:

@@ -74,8 +74,8 @@ def test_a_message_streams_through_the_watchdog(server: FaultServer, sdk: Any) -
 def test_a_message_that_only_pings_after_its_first_events_stalls(
     server: FaultServer, sdk: Any
 ) -> None:
-    """Pings after message_start are keepalives: the stream is cut one budget after the last event."""
-    server.scenario = _pings_after(2)
+    """Pings after the first content are keepalives: the stream is cut one budget after it."""
+    server.scenario = _pings_after(4)
     client = sdk(StreamPolicy(stale_timeout=BUDGET, first_event_timeout=5.0))
     seen: list[str] = []
     started = time.monotonic()
@@ -84,14 +84,18 @@ def test_a_message_that_only_pings_after_its_first_events_stalls(
     took = time.monotonic() - started
     assert type(info.value) is ht2.StreamStalled
     assert info.value.stage == "mid_stream"
-    assert "after 2 event(s)" in str(info.value)  # the pings were not counted
-    assert seen == ["message_start", "content_block_start"]
+    # Neither the pings nor message_start and the empty block's start were progress.
+    assert "after 1 event(s)" in str(info.value)
+    assert seen[:3] == ["message_start", "content_block_start", "content_block_delta"]
     assert BUDGET <= took < BUDGET + PROMPT
 
 
-def test_a_message_that_only_pings_is_re_sent_then_stalls(server: FaultServer, sdk: Any) -> None:
-    """A stream whose first event never comes, only pings, is re-sent and then reported as such."""
-    server.scenario = _pings_after(0)
+@pytest.mark.parametrize("events", [0, 3], ids=["nothing", "message_start-and-empty-block"])
+def test_a_message_that_only_pings_is_re_sent_then_stalls(
+    server: FaultServer, sdk: Any, events: int
+) -> None:
+    """A stream whose first content never comes, only its opening and pings, is re-sent and then reported as such."""
+    server.scenario = _pings_after(events)
     client = sdk(StreamPolicy(stale_timeout=5.0, first_event_timeout=BUDGET, retries=1))
     started = time.monotonic()
     with pytest.raises(anthropic.APIConnectionError) as info:
@@ -174,7 +178,7 @@ async def test_an_async_message_streams_and_a_pinging_one_stalls(
         assert isinstance(client._client._transport, ht2.AsyncWatchdogTransport)
         async with client.messages.stream(**MESSAGE) as stream:
             assert await stream.get_final_text() == "hello world"
-        server.scenario = _pings_after(2)
+        server.scenario = _pings_after(4)
         started = time.monotonic()
         with pytest.raises(StreamStalled) as info:
             await _read_all(client)

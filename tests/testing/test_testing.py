@@ -746,6 +746,18 @@ def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -
         (lambda: Scenario(write_size=-1), "write_size"),
         (lambda: Scenario(write_size=10, event_interval=0.1), "write_size"),
         (lambda: Scenario(write_size=10, gzip=True), "write_size"),
+        (lambda: Scenario(think=-1), "think"),
+        (lambda: Scenario.thinking(-0.1), "think"),
+        (lambda: Scenario.thinking(1.0, keepalive_interval=0), "keepalive_interval"),
+        (lambda: Scenario(keepalive_interval=0.1), "keepalive_interval"),
+        (lambda: Scenario.error_in_stream(""), "error_event"),
+        (lambda: Scenario(error_event=5), "error_event"),  # type: ignore[arg-type]
+        (lambda: Scenario.error_in_stream(after_events=-1), "error_after_events"),
+        (lambda: Scenario(error_after_events=2), "error_after_events"),
+        (lambda: Scenario(error_as_response_failed=True), "error_as_response_failed"),
+        (lambda: Scenario(error_event="x", stall_before_headers=True), "error_event"),
+        (lambda: Scenario(error_event="x", stall_after_events=1), "error_event"),
+        (lambda: Scenario(error_event="x", truncate_after_events=1), "error_event"),
     ],
 )
 def test_scenario_validation_names_the_field(make: Callable[[], Scenario], field: str) -> None:

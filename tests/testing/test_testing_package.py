@@ -22,6 +22,7 @@ PACKAGE = Path(hermes_transport.testing.__file__).parent
 PUBLIC = {
     "CHAT_COMPLETIONS_PATH",
     "MESSAGES_PATH",
+    "RESPONSES_PATH",
     "TOOL_CALL_ARGUMENTS",
     "TOOL_CALL_NAME",
     "FaultServer",
@@ -74,7 +75,8 @@ def _imports(module: str, *, type_checking: bool) -> set[str]:
 
 def test_the_package_has_the_expected_modules_each_with_a_docstring() -> None:
     """The fault server lives in one module per concern, each saying what it owns."""
-    expected = {"", ".chat", ".handler", ".messages", ".scenarios", ".server"}
+    expected = {"", ".chat", ".handler", ".messages", ".responses", ".scenarios", ".server"}
+    expected |= {".store", ".stream"}
     assert set(MODULES) == {NAME + suffix for suffix in expected}
     for module, path in MODULES.items():
         assert ast.get_docstring(ast.parse(path.read_text())), f"{module} has no docstring"
@@ -115,18 +117,19 @@ def test_the_modules_import_one_another_without_a_cycle() -> None:
             visit(module, [])
 
 
-def test_scenarios_imports_no_wire() -> None:
-    """scenarios.py, which the wires import, imports no other module of the package."""
+@pytest.mark.parametrize("module", ["scenarios", "store", "stream"])
+def test_the_modules_the_wires_build_on_import_no_other_module(module: str) -> None:
+    """scenarios.py, store.py and stream.py, which the wires import, import no other module of the package."""
     inside = {
         t
-        for t in _imports(f"{NAME}.scenarios", type_checking=True)
+        for t in _imports(f"{NAME}.{module}", type_checking=True)
         if t.startswith("hermes_transport")
     }
     assert not inside
 
 
 def test_all_is_sorted_and_lists_exactly_the_public_names() -> None:
-    """__all__ names the same public API as before the split, in isort order, and each resolves."""
+    """__all__ names exactly the public API, constants first, each group sorted, and each resolves."""
     names = hermes_transport.testing.__all__
     assert set(names) == PUBLIC
     assert len(names) == len(PUBLIC)

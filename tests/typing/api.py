@@ -10,6 +10,7 @@ Everything sits in functions, so even importing the file does nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Literal
 
@@ -17,7 +18,9 @@ import anthropic
 import httpx
 import httpx2
 import openai
+from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 from typing_extensions import assert_type
 
 import hermes_transport
@@ -29,12 +32,16 @@ from hermes_transport import (
     StreamStalled,
     WatchdogTransport,
     astream_chat_completion,
+    astream_message,
+    astream_response,
     async_http_client_for,
     async_openai_client_for,
     http_client_for,
     openai_client_for,
     should_stream_inline,
     stream_chat_completion,
+    stream_message,
+    stream_response,
 )
 from hermes_transport import httpx2 as ht2
 from hermes_transport.testing import FaultServer, RecordedRequest, Scenario
@@ -76,12 +83,15 @@ def policies(environ: dict[str, str]) -> None:
     policy = StreamPolicy()
     assert_type(policy.stale_timeout, float | None)
     assert_type(policy.retries, int)
-    assert_type(policy.heartbeat_events, frozenset[str])
+    assert_type(policy.heartbeat_events, Collection[str])
+    assert_type(policy.heartbeats_for("responses"), frozenset[str])
+    policy.heartbeats_for("chat")  # type: ignore[arg-type]
     assert_type(policy.stale_budget, float | None)
     assert_type(policy.first_event_budget, float | None)
     StreamPolicy(stale_timeout=None, first_event_timeout=None, retries=0)
     StreamPolicy(stale_timeout=math.inf, first_event_timeout=2.5)
     StreamPolicy(heartbeat_events=frozenset({"ping", "tick"}))
+    StreamPolicy(heartbeat_events={"responses": ["keepalive"], "messages": ()})
     assert_type(StreamPolicy.from_env(), StreamPolicy)
     assert_type(StreamPolicy.from_env(environ, retries=1), StreamPolicy)
     assert_type(replace(policy, retries=5), StreamPolicy)
@@ -164,6 +174,64 @@ async def async_chat(client: openai.OpenAI, async_client: openai.AsyncOpenAI) ->
     )
 
     await astream_chat_completion(client, model="m")  # type: ignore[arg-type]
+
+
+def responses(client: openai.OpenAI, async_client: openai.AsyncOpenAI, token: Interrupt) -> None:
+    def on_event(event: ResponseStreamEvent) -> None:
+        pass
+
+    response = stream_response(
+        client, inline=True, interrupt=token, on_event=on_event, model="m", input="hi"
+    )
+    assert_type(response, Response)
+    assert_type(stream_response(client, model="m", input="hi"), Response)
+
+    stream_response(async_client, model="m")  # type: ignore[arg-type]
+    stream_response(client, on_event=len, model="m")  # type: ignore[arg-type]
+
+
+async def async_responses(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> None:
+    async def on_event(event: ResponseStreamEvent) -> None:
+        pass
+
+    assert_type(await astream_response(async_client, on_event=on_event, model="m"), Response)
+    assert_type(await astream_response(async_client, on_event=print, model="m"), Response)
+
+    await astream_response(client, model="m")  # type: ignore[arg-type]
+
+
+def messages(
+    client: anthropic.Anthropic, async_client: anthropic.AsyncAnthropic, token: Interrupt
+) -> None:
+    def on_event(event: RawMessageStreamEvent) -> None:
+        pass
+
+    message = stream_message(
+        client,
+        inline=False,
+        interrupt=token,
+        on_event=on_event,
+        model="claude",
+        max_tokens=64,
+        messages=[{"role": "user", "content": "hi"}],
+    )
+    assert_type(message, Message)
+
+    stream_message(async_client, model="claude")  # type: ignore[arg-type]
+    stream_message(openai.OpenAI(), model="claude")  # type: ignore[arg-type]
+    stream_message(client, on_event=len, model="claude")  # type: ignore[arg-type]
+
+
+async def async_messages(
+    client: anthropic.Anthropic, async_client: anthropic.AsyncAnthropic
+) -> None:
+    async def on_event(event: RawMessageStreamEvent) -> None:
+        pass
+
+    assert_type(await astream_message(async_client, on_event=on_event, model="c"), Message)
+    assert_type(await astream_message(async_client, on_event=print, model="c"), Message)
+
+    await astream_message(client, model="claude")  # type: ignore[arg-type]
 
 
 def errors(stall: StreamStalled, stall2: ht2.StreamStalled, stop: StreamInterrupted) -> None:

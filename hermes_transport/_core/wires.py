@@ -1,0 +1,241 @@
+"""The wires agents speak, and what each of their events means to the watch.
+
+Owns ``Wire`` and ``wire_of`` (the wire a request speaks, from its path), the
+event classes (``output``, ``preamble``, ``heartbeat``, ``error``, ``end``),
+the tables that sort each wire's event types into them, and ``ErrorEvent``:
+an error event that arrived before any output, and whether it says the
+server failed transiently (then the transport sends the request again).
+Pure tables and functions; the scanner (``sse``) calls ``classify`` once per
+completed event, never per chunk, and only on the wires that need it.
+
+Only ``output`` and ``end`` events are progress. A ``preamble`` event
+(Responses' lifecycle events, Anthropic's ``message_start``, the opening of
+an item or block that carries no content yet) and a ``heartbeat`` neither end
+the first-event wait nor reset the stale one: a model thinking silently
+behind them is covered by the first-event budget. An ``error`` event before
+any output is handed to the exchange; after output it is progress like any
+other event (the SDK raises on it; nothing is re-sent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "TRANSIENT_ERRORS",
+    "WIRES",
+    "ErrorEvent",
+    "EventClass",
+    "Wire",
+    "classify",
+    "leading_type",
+    "wire_of",
+]
+
+#: The wire a request speaks: OpenAI Chat Completions, OpenAI Responses,
+#: Anthropic Messages, or any other event stream.
+Wire = Literal["chat_completions", "responses", "messages", "generic"]
+WIRES: Final[tuple[Wire, ...]] = ("chat_completions", "responses", "messages", "generic")
+EventClass = Literal["output", "preamble", "heartbeat", "error", "end"]
+
+# POST /v1/responses, and the resume GET /v1/responses/{id} (one path segment:
+# /responses/{id}/cancel and /input_items are not streams).
+_RESPONSES_PATH = re.compile(r"/responses(?:/[^/]+)?$")
+
+#: Event types that are always preamble, per wire.
+_LIFECYCLE: Final[dict[Wire, frozenset[bytes]]] = {
+    "responses": frozenset({b"response.created", b"response.in_progress", b"response.queued"}),
+    "messages": frozenset({b"message_start"}),
+}
+#: Event types that open an item, part or block: preamble while it carries no content.
+_OPENINGS: Final[dict[Wire, frozenset[bytes]]] = {
+    "responses": frozenset(
+        {
+            b"response.output_item.added",
+            b"response.content_part.added",
+            b"response.reasoning_summary_part.added",
+        }
+    ),
+    "messages": frozenset({b"content_block_start"}),
+}
+_ENDS: Final[dict[Wire, frozenset[bytes]]] = {
+    "responses": frozenset({b"response.completed", b"response.incomplete"}),
+    "messages": frozenset({b"message_stop"}),
+}
+_ERRORS: Final[dict[Wire, frozenset[bytes]]] = {
+    "responses": frozenset({b"error", b"response.failed"}),
+    "messages": frozenset({b"error"}),
+}
+# The object an opening event carries, and the keys of it that hold content.
+_OPENED = ("item", "part", "content_block")
+_CONTENT_KEYS = frozenset(
+    {"text", "thinking", "content", "arguments", "input", "summary", "output", "partial_json"}
+    | {"data", "result", "refusal"}
+)
+
+#: The error kinds (an error's ``type`` or ``code``) that say the server is
+#: overloaded or failed transiently, per wire: an error event of one of these
+#: before any output is re-sent. Chat Completions also counts a numeric code
+#: of 429 or 500 to 599 (as gateways send them).
+TRANSIENT_ERRORS: Final[dict[Wire, frozenset[str]]] = {
+    "messages": frozenset({"overloaded_error", "api_error"}),
+    "responses": frozenset({"server_error", "internal_error", "service_unavailable"}),
+    "chat_completions": frozenset(
+        {
+            "server_error",
+            "internal_error",
+            "service_unavailable",
+            "overloaded_error",
+            "api_error",
+            "rate_limit_exceeded",
+            "rate_limit_error",
+        }
+    ),
+}
+
+# A JSON object's leading "type": how a data-only event names its type.
+_LEADING_TYPE = re.compile(rb'\s*\{\s*"type"\s*:\s*"([^"\\]{1,56})"')
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """An error event that arrived before any output.
+
+    ``kind`` is the error's type or code as the server named it (``None``
+    when the event did not say, or could not be read); ``transient``: it is
+    one of ``TRANSIENT_ERRORS``, and the request may be sent again.
+    """
+
+    wire: Wire
+    event_type: str
+    kind: str | None
+    message: str | None
+    transient: bool
+
+    def __str__(self) -> str:
+        said = f": {self.message}" if self.message else ""
+        return f"{self.event_type} event ({self.kind or 'no error kind'}){said}"
+
+
+def wire_of(path: str) -> Wire:
+    """The wire a request to ``path`` speaks (``generic`` for any other path)."""
+    path = path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat_completions"
+    if path.endswith("/messages"):
+        return "messages"
+    if _RESPONSES_PATH.search(path):
+        return "responses"
+    return "generic"
+
+
+def leading_type(data: bytes) -> bytes | None:
+    """The leading ``"type"`` of a JSON object's text, if it starts with one."""
+    match = _LEADING_TYPE.match(data)
+    return match.group(1) if match is not None else None
+
+
+def classify(
+    wire: Wire,
+    event_type: bytes,
+    data: bytes,
+    heartbeats: Collection[bytes],
+    *,
+    done: bool = False,
+) -> EventClass | ErrorEvent:
+    """The class of a completed event on ``wire``; an ``ErrorEvent`` for an error event.
+
+    ``event_type`` is the event's type (its ``event`` field, or for a JSON
+    wire without one the data's leading ``"type"``; ``message`` when neither
+    says); ``data`` its data (possibly cut short: then an opening is output
+    and an error is not transient); ``done``: the data starts with ``[DONE]``.
+    """
+    if event_type in heartbeats:
+        return "heartbeat"
+    if done:
+        return "end"
+    if wire == "chat_completions":
+        if b'"error"' in data:
+            error = _chat_error(data)
+            if error is not None:
+                return error
+        return "output"
+    if wire not in _LIFECYCLE:
+        return "output"
+    if event_type in _LIFECYCLE[wire]:
+        return "preamble"
+    if event_type in _OPENINGS[wire]:
+        return "output" if _opens_with_content(data) else "preamble"
+    if event_type in _ENDS[wire]:
+        return "end"
+    if event_type in _ERRORS[wire]:
+        return _wire_error(wire, event_type, data)
+    return "output"
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:  # cut short, or not JSON at all
+        return None
+
+
+def _opens_with_content(data: bytes) -> bool:
+    payload = _json(data)
+    if not isinstance(payload, dict):
+        return True  # unreadable (or too large to keep): it may carry anything
+    opened = next((payload[key] for key in _OPENED if isinstance(payload.get(key), dict)), None)
+    if opened is None:
+        return False
+    return any(opened.get(key) for key in _CONTENT_KEYS)
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _wire_error(wire: Wire, event_type: bytes, data: bytes) -> ErrorEvent:
+    payload = _json(data)
+    kind = message = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if event_type == b"response.failed":
+            response = payload.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+        if isinstance(error, dict):
+            kind = _text(error.get("code")) or _text(error.get("type"))
+            message = _text(error.get("message"))
+        if kind is None:  # Responses' own error event puts them at the top
+            kind = _text(payload.get("code"))
+            message = message or _text(payload.get("message"))
+    transient = kind in TRANSIENT_ERRORS[wire]
+    return ErrorEvent(wire, event_type.decode("utf-8", "replace"), kind, message, transient)
+
+
+def _chat_error(data: bytes) -> ErrorEvent | None:
+    """A Chat Completions ``data: {"error": ...}`` chunk's error (``None``: not one)."""
+    payload = _json(data)
+    if not isinstance(payload, dict) or "error" not in payload or payload.get("choices"):
+        return None
+    error = payload["error"]
+    kind = message = None
+    transient = False
+    if isinstance(error, dict):
+        code, kind_text = error.get("code"), _text(error.get("type"))
+        message = _text(error.get("message"))
+        status = code if isinstance(code, int) and not isinstance(code, bool) else None
+        if isinstance(code, str) and code.isdigit():
+            status = int(code)
+        kind = _text(code) or kind_text
+        transient = status is not None and (status == 429 or 500 <= status <= 599)
+        named = TRANSIENT_ERRORS["chat_completions"]
+        transient = transient or kind in named or kind_text in named
+    else:
+        message = _text(error)
+    return ErrorEvent("chat_completions", "message", kind, message, transient)

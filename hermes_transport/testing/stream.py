@@ -1,0 +1,53 @@
+"""What every wire's streamed answer is made of, before the handler plays faults over it.
+
+Owns :class:`WireStream`: the events of one complete streamed answer in order, the index
+of the first output event (where a scenario's ``think`` pauses), and how that wire says
+"still here" (its keepalive) and "failed" (its in-stream error event). Chat Completions
+and Messages use it as is, with every event encoded up front; Responses subclasses it to
+number its events as they are sent. It imports nothing else of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["WireStream", "sse_comment"]
+
+
+def sse_comment(crlf: bool) -> bytes:
+    """The SSE comment ``: keepalive``, the Chat Completions keepalive."""
+    return b": keepalive" + (b"\r\n\r\n" if crlf else b"\n\n")
+
+
+class WireStream:
+    """One streamed answer: ``len()`` events, fetched in order by :meth:`event`.
+
+    The handler calls :meth:`event` once per event it sends, in order, :meth:`keepalive`
+    and :meth:`error` when it sends those, and :meth:`ended` once when the answer is over,
+    however it ended (complete, cut off, failed or its client gone).
+    """
+
+    def __init__(
+        self, events: Sequence[bytes], *, think_at: int, keepalive: bytes, error: bytes
+    ) -> None:
+        self._events = list(events)
+        self.think_at = think_at
+        self._keepalive, self._error = keepalive, error
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def event(self, index: int) -> bytes:
+        """Event number ``index`` (0-based), encoded."""
+        return self._events[index]
+
+    def keepalive(self) -> bytes:
+        """The wire's keepalive, encoded."""
+        return self._keepalive
+
+    def error(self) -> bytes:
+        """The wire's in-stream error event for the scenario, encoded."""
+        return self._error
+
+    def ended(self) -> None:
+        """The answer is over; nothing to keep by default."""

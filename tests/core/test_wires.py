@@ -1,0 +1,305 @@
+"""Tests for ``wires``: which wire a request speaks, and how the scanner sorts each wire's events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import zlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes_transport._core.progress import ProgressMeter
+from hermes_transport._core.sse import CAPTURE_LIMIT, SSEScanner
+from hermes_transport._core.wires import ErrorEvent, Wire, classify, wire_of
+
+
+def event(kind: str | None, payload: dict[str, Any], *, newline: bytes = b"\n") -> bytes:
+    """One SSE event: an ``event:`` line when ``kind`` is given, and one data line."""
+    head = b"event: " + kind.encode() + newline if kind is not None else b""
+    return head + b"data: " + json.dumps(payload).encode() + newline + newline
+
+
+def responses(kind: str, **fields: Any) -> bytes:
+    """A Responses API event, named and typed alike."""
+    return event(kind, {"type": kind, "sequence_number": 0, **fields})
+
+
+def messages(kind: str, **fields: Any) -> bytes:
+    """An Anthropic Messages event, named and typed alike."""
+    return event(kind, {"type": kind, **fields})
+
+
+CREATED = responses("response.created", response={"id": "resp_1", "status": "in_progress"})
+IN_PROGRESS = responses("response.in_progress", response={"id": "resp_1"})
+ITEM_ADDED = responses("response.output_item.added", item={"type": "message", "content": []})
+PART_ADDED = responses("response.content_part.added", part={"type": "output_text", "text": ""})
+KEEPALIVE = responses("keepalive")
+DELTA = responses("response.output_text.delta", delta="hi")
+COMPLETED = responses("response.completed", response={"id": "resp_1", "status": "completed"})
+RESPONSES_PREAMBLE = CREATED + IN_PROGRESS + ITEM_ADDED + PART_ADDED
+
+MESSAGE_START = messages("message_start", message={"id": "msg_1", "content": []})
+BLOCK_START = messages("content_block_start", index=0, content_block={"type": "text", "text": ""})
+PING = messages("ping")
+BLOCK_DELTA = messages("content_block_delta", delta={"type": "text_delta", "text": "hi"})
+MESSAGE_STOP = messages("message_stop")
+
+
+def scan(wire: Wire, *chunks: bytes, heartbeats: tuple[str, ...] = ()) -> SSEScanner:
+    """A scanner of ``wire`` fed ``chunks`` one by one."""
+    scanner = SSEScanner(heartbeats, wire)
+    for chunk in chunks:
+        scanner.feed(chunk)
+    return scanner
+
+
+@pytest.mark.parametrize(
+    ("path", "wire"),
+    [
+        ("/v1/chat/completions", "chat_completions"),
+        ("/openai/deployments/gpt/chat/completions", "chat_completions"),
+        ("/v1/responses", "responses"),
+        ("/v1/responses/resp_123", "responses"),
+        ("/v1/responses/", "responses"),
+        ("/v1/messages", "messages"),
+        ("/anthropic/v1/messages/", "messages"),
+        ("/v1/responses/resp_123/cancel", "generic"),
+        ("/v1/responses/resp_123/input_items", "generic"),
+        ("/v1/messages/count_tokens", "generic"),
+        ("/v1/completions", "generic"),
+        ("/", "generic"),
+    ],
+)
+def test_the_wire_is_known_from_the_request_path(path: str, wire: Wire) -> None:
+    """Chat Completions, Responses (create and resume) and Messages paths name their wire; others are generic."""
+    assert wire_of(path) == wire
+
+
+@pytest.mark.parametrize(
+    ("wire", "event_type", "data", "expected"),
+    [
+        ("responses", b"response.created", b"{}", "preamble"),
+        ("responses", b"response.queued", b"{}", "preamble"),
+        ("responses", b"response.output_item.added", b'{"item": {"content": []}}', "preamble"),
+        (
+            "responses",
+            b"response.output_item.added",
+            b'{"item": {"type": "function_call", "arguments": ""}}',
+            "preamble",
+        ),
+        (
+            "responses",
+            b"response.output_item.added",
+            b'{"item": {"type": "web_search_call", "output": "found"}}',
+            "output",
+        ),
+        ("responses", b"response.output_item.added", b'{"item": {"content": [', "output"),
+        ("responses", b"response.output_text.delta", b"{}", "output"),
+        ("responses", b"response.some_future_event", b"{}", "output"),
+        ("responses", b"response.completed", b"{}", "end"),
+        ("responses", b"response.incomplete", b"{}", "end"),
+        ("responses", b"keepalive", b"{}", "heartbeat"),
+        ("messages", b"message_start", b"{}", "preamble"),
+        ("messages", b"content_block_start", b'{"content_block": {"text": ""}}', "preamble"),
+        (
+            "messages",
+            b"content_block_start",
+            b'{"content_block": {"type": "web_search_tool_result", "content": [{}]}}',
+            "output",
+        ),
+        ("messages", b"content_block_delta", b"{}", "output"),
+        ("messages", b"message_delta", b"{}", "output"),
+        ("messages", b"message_stop", b"{}", "end"),
+        ("messages", b"ping", b"{}", "heartbeat"),
+        ("chat_completions", b"message", b'{"choices": []}', "output"),
+        (
+            "chat_completions",
+            b"message",
+            b'{"choices": [{"delta": {"content": "error"}}]}',
+            "output",
+        ),
+        ("generic", b"message", b'{"error": {"code": 500}}', "output"),
+        ("generic", b"response.created", b"{}", "output"),
+    ],
+)
+def test_each_event_type_has_its_class(
+    wire: Wire, event_type: bytes, data: bytes, expected: str
+) -> None:
+    """Lifecycle and empty openings are preamble, content is output, the last event is the end."""
+    assert classify(wire, event_type, data, {b"keepalive", b"ping"}) == expected
+
+
+@pytest.mark.parametrize(
+    ("wire", "event_type", "data", "kind", "transient"),
+    [
+        (
+            "messages",
+            b"error",
+            b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+            "overloaded_error",
+            True,
+        ),
+        ("messages", b"error", b'{"error": {"type": "api_error"}}', "api_error", True),
+        (
+            "messages",
+            b"error",
+            b'{"error": {"type": "invalid_request_error"}}',
+            "invalid_request_error",
+            False,
+        ),
+        (
+            "responses",
+            b"error",
+            b'{"type": "error", "code": "server_error"}',
+            "server_error",
+            True,
+        ),
+        ("responses", b"error", b'{"error": {"code": "server_error"}}', "server_error", True),
+        (
+            "responses",
+            b"response.failed",
+            b'{"response": {"status": "failed", "error": {"code": "server_error"}}}',
+            "server_error",
+            True,
+        ),
+        (
+            "responses",
+            b"response.failed",
+            b'{"response": {"error": {"code": "invalid_prompt"}}}',
+            "invalid_prompt",
+            False,
+        ),
+        ("responses", b"error", b'{"code": "rate_limit_exceeded"}', "rate_limit_exceeded", False),
+        ("responses", b"error", b"not json", None, False),
+        ("chat_completions", b"message", b'{"error": {"code": 502}}', "502", True),
+        ("chat_completions", b"message", b'{"error": {"code": "429"}}', "429", True),
+        (
+            "chat_completions",
+            b"message",
+            b'{"error": {"type": "server_error", "code": null}}',
+            "server_error",
+            True,
+        ),
+        ("chat_completions", b"message", b'{"error": {"code": 400}}', "400", False),
+        ("chat_completions", b"message", b'{"error": "something broke"}', None, False),
+    ],
+)
+def test_error_events_say_whether_the_server_failed_transiently(
+    wire: Wire, event_type: bytes, data: bytes, kind: str | None, transient: bool
+) -> None:
+    """Overloaded and server errors are transient; request errors, rate limits on Responses and unreadable ones are not."""
+    error = classify(wire, event_type, data, frozenset())
+    assert isinstance(error, ErrorEvent)
+    assert (error.kind, error.transient) == (kind, transient)
+
+
+def test_responses_preamble_and_keepalives_are_not_progress() -> None:
+    """Lifecycle events, empty openings and keepalives leave the count at zero; the first delta is progress."""
+    scanner = scan("responses", RESPONSES_PREAMBLE, KEEPALIVE * 3, heartbeats=("keepalive",))
+    assert (scanner.events, scanner.done, scanner.error) == (0, False, None)
+    assert scanner.feed(DELTA) == 1
+    assert scanner.feed(KEEPALIVE) == 0
+    assert scanner.feed(COMPLETED) == 1
+    assert scanner.done
+
+
+def test_messages_preamble_and_pings_are_not_progress() -> None:
+    """message_start, an empty content_block_start and pings leave the count at zero; message_stop ends."""
+    scanner = scan("messages", MESSAGE_START + BLOCK_START + PING, heartbeats=("ping",))
+    assert scanner.events == 0
+    assert scanner.feed(BLOCK_DELTA + PING) == 1
+    assert scanner.feed(MESSAGE_STOP) == 1
+    assert scanner.done
+
+
+def test_without_an_event_field_the_data_type_names_the_event() -> None:
+    """On a JSON wire an event with no ``event:`` line is typed by its data's leading "type"."""
+    plain = [event(None, {"type": kind, "sequence_number": 1}) for kind in ("response.created",)]
+    keepalive = event(None, {"type": "keepalive", "sequence_number": 2})
+    delta = event(None, {"type": "response.output_text.delta", "delta": "x"})
+    scanner = scan("responses", *plain, keepalive, heartbeats=("keepalive",))
+    assert scanner.events == 0
+    assert scanner.feed(delta) == 1
+
+
+@pytest.mark.parametrize(
+    ("wire", "before", "error"),
+    [
+        (
+            "messages",
+            MESSAGE_START,
+            messages("error", error={"type": "overloaded_error", "message": "Overloaded"}),
+        ),
+        ("responses", CREATED, responses("error", code="server_error", message="boom")),
+        ("chat_completions", b"", event(None, {"error": {"message": "boom", "code": 503}})),
+    ],
+)
+def test_an_error_before_any_output_is_kept_not_counted(
+    wire: Wire, before: bytes, error: bytes
+) -> None:
+    """An error event after only preamble is kept as ``error``; after output it is plain progress."""
+    scanner = scan(wire, before, error)
+    assert scanner.events == 0
+    assert scanner.error is not None
+    assert scanner.error.transient
+    after = scan(wire, before, BLOCK_DELTA if wire == "messages" else DELTA, error)
+    assert after.error is None
+    assert after.events == 2
+
+
+def test_chat_completions_keeps_its_fast_path_after_the_first_output() -> None:
+    """After its first output a Chat Completions stream counts every data event, an error chunk too."""
+    chunk = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+    scanner = scan("chat_completions", chunk)
+    assert scanner._plain_run.pattern != b"(?!)"
+    assert not scanner._capture
+    assert scanner.feed(chunk * 5 + b'data: {"error": {"code": 500}}\n\n') == 6
+    assert scanner.feed(b"data: [DONE]\n\n") == 1
+    assert scanner.done
+
+
+def test_captured_data_stays_bounded() -> None:
+    """A huge data line on a classifying wire keeps at most CAPTURE_LIMIT bytes, and is judged on them."""
+    huge = b"x" * (3 * CAPTURE_LIMIT)
+    scanner = SSEScanner((), "responses")
+    scanner.feed(b'event: response.output_item.added\ndata: {"item": {"content": "')
+    for _ in range(4):
+        scanner.feed(huge)
+        assert len(scanner._line) <= CAPTURE_LIMIT
+    scanner.feed(b'"}}\n')
+    assert sum(map(len, scanner._data)) <= CAPTURE_LIMIT
+    assert scanner.feed(b"\n") == 1  # unreadable once cut short: it may carry content
+
+
+def test_the_meter_reads_compressed_wires() -> None:
+    """Through gzip the meter sorts Responses events as plainly as without it."""
+    body = RESPONSES_PREAMBLE + KEEPALIVE + DELTA + COMPLETED
+    zipper = zlib.compressobj(wbits=31)
+    packed = zipper.compress(body) + zipper.flush()
+    meter = ProgressMeter("gzip", {"keepalive"}, "responses")
+    counts = [meter.feed(packed[i : i + 7]) for i in range(0, len(packed), 7)]
+    assert sum(counts) == 2
+    assert meter.done
+
+
+STREAMS: dict[Wire, bytes] = {
+    "responses": RESPONSES_PREAMBLE + KEEPALIVE + DELTA + KEEPALIVE + DELTA + COMPLETED,
+    "messages": MESSAGE_START + BLOCK_START + PING + BLOCK_DELTA + PING + MESSAGE_STOP,
+    "chat_completions": b'data: {"choices": []}\n\n' * 3 + b"data: [DONE]\n\n",
+}
+
+
+@pytest.mark.parametrize("wire", sorted(STREAMS))
+@given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30), crlf=st.booleans())
+def test_any_chunking_gives_the_same_verdict(wire: Wire, cuts: list[int], crlf: bool) -> None:
+    """However a stream is split into chunks, and with CRLF or LF, the scanner counts the same events."""
+    body = STREAMS[wire].replace(b"\n", b"\r\n") if crlf else STREAMS[wire]
+    whole = scan(wire, body, heartbeats=("keepalive", "ping"))
+    points = sorted({min(cut, len(body)) for cut in cuts} | {0, len(body)})
+    pieces = [body[a:b] for a, b in itertools.pairwise(points)]
+    split = scan(wire, *pieces, heartbeats=("keepalive", "ping"))
+    assert (split.events, split.done) == (whole.events, whole.done)
+    assert whole.events == {"responses": 3, "messages": 2, "chat_completions": 4}[wire]
