@@ -303,3 +303,84 @@ def test_any_chunking_gives_the_same_verdict(wire: Wire, cuts: list[int], crlf: 
     split = scan(wire, *pieces, heartbeats=("keepalive", "ping"))
     assert (split.events, split.done) == (whole.events, whole.done)
     assert whole.events == {"responses": 3, "messages": 2, "chat_completions": 4}[wire]
+
+
+# Events of each wire with the class the scanner must give them (None: not an event).
+_POOL: dict[Wire, list[tuple[bytes, str | None]]] = {
+    "responses": [
+        (CREATED, "preamble"),
+        (ITEM_ADDED, "preamble"),
+        (PART_ADDED, "preamble"),
+        (KEEPALIVE, "heartbeat"),
+        (event(None, {"type": "keepalive", "sequence_number": 9}), "heartbeat"),
+        (DELTA, "output"),
+        (event(None, {"type": "response.output_text.delta", "delta": "x"}), "output"),
+        (responses("response.output_item.added", item={"content": [{"text": "x"}]}), "output"),
+        (COMPLETED, "end"),
+        (responses("error", code="server_error"), "transient"),
+        (
+            b'event: response.failed\ndata: {"type": "response.failed",\n'
+            b'data:  "response": {"error": {"code": "invalid_prompt"}}}\n\n',
+            "error",
+        ),
+        (b": a comment\n\n", None),
+        (b"event: response.output_text.delta\nid: 7\n\n", None),  # no data: no event
+    ],
+    "messages": [
+        (MESSAGE_START, "preamble"),
+        (BLOCK_START, "preamble"),
+        (PING, "heartbeat"),
+        (BLOCK_DELTA, "output"),
+        (messages("message_delta", delta={"stop_reason": "end_turn"}), "output"),
+        (MESSAGE_STOP, "end"),
+        (messages("error", error={"type": "overloaded_error"}), "transient"),
+        (messages("error", error={"type": "invalid_request_error"}), "error"),
+        (b"event: ping\n:comment\ndata: {}\n\n", "heartbeat"),
+    ],
+    "chat_completions": [
+        (b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n', "output"),
+        (b'data: {"error": {"code": 503, "message": "busy"}}\n\n', "transient"),
+        (b'data: {"error": {"code": 400}}\n\n', "error"),
+        (b"event: ping\ndata: {}\n\n", "heartbeat"),
+        (b": keepalive\n\n", None),
+        (b"data: [DONE]\n\n", "end"),
+    ],
+}
+
+
+def _expected(classes: list[str | None]) -> tuple[int, bool, str | None]:
+    """(progress events, done, the class of the error kept) the scanner must end with."""
+    progress, done, error = 0, False, None
+    for kind in classes:
+        if kind in ("output", "end") or (kind in ("error", "transient") and progress):
+            progress += 1
+            done = done or kind == "end"
+        elif kind in ("error", "transient") and error is None:
+            error = kind
+    return progress, done, error
+
+
+@pytest.mark.parametrize("wire", sorted(_POOL))
+@given(
+    picks=st.lists(st.integers(min_value=0, max_value=99), min_size=1, max_size=25),
+    cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=40),
+    crlf=st.booleans(),
+)
+def test_the_scanner_sorts_any_mix_of_a_wires_events_however_chunked(
+    wire: Wire, picks: list[int], cuts: list[int], crlf: bool
+) -> None:
+    """Any sequence of a wire's events, split anywhere, is counted and its first early error kept as the events say."""
+    pool = _POOL[wire]
+    chosen = [pool[pick % len(pool)] for pick in picks]
+    body = b"".join(raw for raw, _ in chosen)
+    if crlf:
+        body = body.replace(b"\n", b"\r\n")
+    points = sorted({min(cut, len(body)) for cut in cuts} | {0, len(body)})
+    scanner = scan(wire, *(body[a:b] for a, b in itertools.pairwise(points)), heartbeats=HB)
+    progress, done, error = _expected([kind for _, kind in chosen])
+    assert (scanner.events, scanner.done) == (progress, done)
+    kept = None if scanner.error is None else ("transient" if scanner.error.transient else "error")
+    assert kept == error
+
+
+HB = ("keepalive", "ping")
