@@ -25,6 +25,7 @@ FIGURES = {
     "threads": "benchmarks.fig_threads",
     "connections": "benchmarks.fig_connections",
     "async": "benchmarks.fig_async",
+    "wires": "benchmarks.fig_wires",
 }
 
 
