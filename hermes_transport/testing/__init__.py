@@ -2,15 +2,17 @@
 
 :class:`FaultServer` answers ``POST /v1/chat/completions`` on 127.0.0.1 from background
 threads, shaping each response after a :class:`Scenario`: healthy, silent before the status
-line, silent mid-stream, only SSE keep-alive comments, cut off, trickled a byte at a time,
+line, silent mid-stream, only SSE keep-alive comments, cut off, reset mid-body (a
+connection reset after N events, maybe mid-event), trickled a byte at a time,
 thinking in silence before its first output event, failing with an in-stream error event
 inside an HTTP 200 stream, or an error status. It answers Anthropic's ``POST /v1/messages``
 too, in that API's event format, with ``event: ping`` as its keepalive instead of a
 comment, and OpenAI's Responses API (:data:`RESPONSES_PATH`): ``POST /v1/responses``
 (named, numbered events with ``keepalive`` data events as its keepalive, ``response.queued``
 in background mode), ``GET /v1/responses/{id}`` (the stored response),
-``GET /v1/responses/{id}?stream=true&starting_after=N`` (a resume: the stored events
-numbered above N, under the current scenario) and ``POST /v1/responses/{id}/cancel``.
+``GET /v1/responses/{id}?stream=true&starting_after=N`` (a resume of a background
+response: its stored events numbered above N, under the current scenario) and
+``POST /v1/responses/{id}/cancel``.
 Every request is recorded as a :class:`RecordedRequest`::
 
     import openai
@@ -34,13 +36,25 @@ Good to know:
 * Every stall lasts at most :attr:`Scenario.hold` seconds (then the server hangs up without
   finishing the response), ends at once on :meth:`FaultServer.stop`, and ends early when
   its client hangs up.
-* ``stall_after_events``, ``truncate_after_events``, ``comment_interval``,
-  ``event_interval``, ``think``, ``keepalive_interval`` and the ``error_*`` fields shape
-  streams only; a non-streaming request gets the whole JSON after ``json_delay``.
+* ``stall_after_events``, ``truncate_after_events``, ``drop_after_events``,
+  ``comment_interval``, ``event_interval``, ``think``, ``keepalive_interval`` and the
+  ``error_*`` fields shape streams only; a non-streaming request gets the whole JSON
+  after ``json_delay``.
   ``stall_before_headers``, ``status``, ``gzip`` and ``byte_by_byte`` apply to both.
-* Every streamed Responses response is kept by id while the server runs, and can be
-  resumed whether or not it was created with ``background`` (the real API resumes only
-  background ones); keepalives are not kept, so a resume skips their numbers.
+* Background mode, as in the real API: every Responses response is kept by id, as it is
+  created, while the server runs; only one created with ``"background": true`` can be
+  resumed (else 404) or cancelled (else 400). It keeps all the events of a whole healthy
+  stream, numbered from 0, even when the creating connection stalls or drops, so a
+  resume delivers the rest, the same JSON, with the same numbers; keepalives repeat the
+  number of the event before them, so ``starting_after`` the last number seen is right.
+  A resume more than ``FaultServer(resume_window=...)`` seconds (default 300) after
+  creation answers 400 "...can no longer be streamed because it is more than 5 minutes
+  old."; a cancel sets the status ``cancelled``, after which a resume answers 400
+  "Response '<id>' was cancelled." (this server's choice).
+* Resumes count as attempts, so ``Scenario.stall_first(1, stall=Scenario.silent_after(3))``
+  (or ``stall=Scenario.dropped_after(3)``, a connection reset) faults a background
+  creation and serves its resume healthy; nest ``stall_first`` to fault the n-th attempt
+  only: ``stall_first(n, stall=stall_first(n - 1, then=fault, stall=Scenario()))``.
 * The ``openai`` SDK retries timeouts and 5xx by itself: pass ``max_retries=0`` when a test
   counts requests.
 * Combine fields with :func:`dataclasses.replace`, e.g.

@@ -3,8 +3,9 @@
 Owns :class:`Handler`, which records each request, picks the wire (Chat Completions,
 Messages or Responses, whose stored responses it also retrieves, resumes and cancels)
 and plays the scenario's faults over that wire's :class:`~.stream.WireStream` (stalls,
-thinking, keep-alives, truncation, in-stream errors, lingering), and the body helpers it
-writes with: incremental gzip, chunked framing, a byte per write, coalesced writes.
+thinking, keep-alives, truncation, connection resets, in-stream errors, lingering), and
+the body helpers it writes with: incremental gzip, chunked framing, a byte per write,
+coalesced writes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import struct
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler
@@ -19,27 +21,28 @@ from io import BufferedIOBase
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .chat import chat_completion, chat_error, chat_stream
-from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
-from .responses import (
-    RESPONSES_PATH,
+from .background import (
+    cancel_answer,
+    not_found,
     replay_stream,
-    responses_completion,
     responses_route,
-    responses_stream,
+    resumable,
     starting_after,
 )
+from .chat import chat_completion, chat_error, chat_stream
+from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
+from .responses import RESPONSES_PATH, responses_completion, responses_stream
 from .scenarios import RecordedRequest, Scenario
-
-if TYPE_CHECKING:
-    from .stream import WireStream
+from .stream import error_cut
 
 if TYPE_CHECKING:
     from .server import FaultHTTPServer
+    from .stream import WireStream
 
 __all__ = ["Handler"]
 
 _POLL = 0.05  # how often a silent stall checks whether its client hung up
+_DRAIN = 0.05  # the pause before a reset, for the bytes sent to reach the client
 
 
 class _Abort(Exception):
@@ -136,12 +139,13 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(scenario.status, error(scenario.status, scenario.message), scenario)
         elif resume:
             response_id = path.rsplit("/", 1)[-1]
-            stored = store.get(response_id)
-            if stored is None or stored.events is None:
-                self._send_json(404, _not_found(response_id), scenario)
+            window = self.server.fault._resume_window
+            found = resumable(store, response_id, window, time.monotonic())
+            if isinstance(found, tuple):
+                self._send_json(*found, scenario)
             else:
                 after = starting_after(request.path)
-                self._stream(scenario, replay_stream(scenario, stored, after))
+                self._stream(scenario, replay_stream(scenario, found, after))
         elif path == MESSAGES_PATH:
             if streaming:
                 self._stream(scenario, messages_stream(scenario, request, n))
@@ -160,15 +164,13 @@ class Handler(BaseHTTPRequestHandler):
     def _stored(self, response_id: str, action: str) -> None:
         """Retrieve or cancel a stored response (no scenario applies: these are no attempts)."""
         store = self.server.fault._responses
+        stored = store.get(response_id)
         if action == "cancel":
-            response = store.cancel(response_id)
+            self._send_json(*cancel_answer(store, response_id), Scenario())
+        elif stored is None:
+            self._send_json(*not_found(response_id), Scenario())
         else:
-            stored = store.get(response_id)
-            response = stored.response if stored is not None else None
-        if response is None:
-            self._send_json(404, _not_found(response_id), Scenario())
-        else:
-            self._send_json(200, response, Scenario())
+            self._send_json(200, stored.response, Scenario())
 
     def _stream(self, scenario: Scenario, wire: WireStream) -> None:
         self.send_response(200)
@@ -186,10 +188,11 @@ class Handler(BaseHTTPRequestHandler):
     def _play(self, scenario: Scenario, wire: WireStream, body: _Body) -> None:
         stopping = self.server.fault._stopping
         limit = len(wire)
-        for cut in (scenario.stall_after_events, scenario.truncate_after_events):
+        cuts = (scenario.stall_after_events, scenario.truncate_after_events)
+        for cut in (*cuts, scenario.drop_after_events):
             limit = min(limit, cut) if cut is not None else limit
         if scenario.error_event is not None:  # the error stands in for at least the last event
-            limit = max(0, min(scenario.error_after_events, len(wire) - 1))
+            limit = error_cut(scenario.error_after_events, len(wire))
         writes = _Writes(body, scenario.write_size)
         for index in range(limit + 1):
             if index == wire.think_at < len(wire) and scenario.think:
@@ -205,11 +208,30 @@ class Handler(BaseHTTPRequestHandler):
         writes.flush()
         if scenario.truncate_after_events is not None:
             raise _Abort  # no terminating chunk: the client must see a protocol error
+        if scenario.drop_after_events is not None:
+            if scenario.drop_mid_event and limit < len(wire):
+                data = wire.event(limit)
+                body.send(data[: len(data) // 2])
+            self._reset()
         if scenario.stall_after_events is not None:
             self._hold(scenario, body, wire)
         if scenario.linger_after_done and stopping.wait(scenario.linger_after_done):
             raise _Abort
         body.finish()
+
+    def _reset(self) -> None:
+        """Reset the connection after a short pause, so the client reads ECONNRESET
+        mid-body rather than a clean end (always raises)."""
+        fault = self.server.fault
+        if fault._stopping.wait(_DRAIN):
+            raise _Abort
+        sock = self.connection
+        fault._closing(sock)  # stop() must not shut down a socket being closed
+        with contextlib.suppress(OSError):  # linger 0: close sends RST, not FIN
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.rfile.close()  # the makefile's reference would defer the close
+        sock.close()
+        raise _Abort
 
     def _hold(
         self, scenario: Scenario, body: _Body | None, wire: WireStream | None = None
@@ -270,10 +292,6 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Encoding", "gzip")
         self.end_headers()
         _Body(self, scenario, chunked=False).send(data)
-
-
-def _not_found(response_id: str) -> dict[str, object]:
-    return chat_error(404, f"Response with id '{response_id}' not found.")
 
 
 class _Writes:

@@ -3,23 +3,19 @@
 Owns the payloads of that wire: the Response object, its stream of named, numbered
 events (``event: <type>`` plus ``data: {"type": ..., "sequence_number": N, ...}``, no
 ``[DONE]``), its ``keepalive`` data event, its ``error`` and ``response.failed`` events,
-the routes on one stored response (retrieve, resume, cancel) and the replay of its stored
-events that a resume streams (the store itself is in ``store.py``).
+and how each response is kept as it is created: its final JSON, and in background mode
+its numbered events (the store is in ``store.py``; the routes on one stored response,
+resume and cancel, in ``background.py``).
 
-Limits, on purpose: text and one function call only; ``finish_reason`` is ignored; every
-streamed response can be resumed (the real API resumes only ``background`` ones), for as
-long as the server runs; a cancel marks the stored response ``cancelled`` but leaves its
-stored events as they were.
+Limits, on purpose: text and one function call only; ``finish_reason`` is ignored; a
+response completes on the server at once, whatever happens to its connection.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from copy import deepcopy
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from .scenarios import (
     TOOL_CALL_ARGUMENTS,
@@ -29,50 +25,20 @@ from .scenarios import (
     tool_call_pieces,
 )
 from .store import ResponseStore, StoredResponse
-from .stream import WireStream
+from .stream import WireStream, error_cut
 
 __all__ = [
     "RESPONSES_PATH",
     "ResponsesStream",
-    "is_resume",
-    "replay_stream",
+    "failed_response",
     "responses_completion",
-    "responses_route",
     "responses_stream",
-    "starting_after",
+    "wire_error",
 ]
 
 RESPONSES_PATH = "/v1/responses"
 _TOOL_PIECES = tool_call_pieces()
 _Event = dict[str, Any]
-
-
-def is_resume(method: str, target: str) -> bool:
-    """Whether the request is a stream resume, ``GET /v1/responses/{id}?stream=true``."""
-    found = responses_route(method, target)
-    return found is not None and found[1] == "resume"
-
-
-def responses_route(method: str, target: str) -> tuple[str, str] | None:
-    """``(id, action)`` for a request on one stored response, action ``resume``,
-    ``retrieve`` or ``cancel``; None for any other request."""
-    parts = urlsplit(target)
-    rest = parts.path.removeprefix(RESPONSES_PATH + "/")
-    if rest == parts.path or not rest:
-        return None
-    response_id, _, tail = rest.partition("/")
-    if method == "POST" and tail == "cancel":
-        return response_id, "cancel"
-    if method != "GET" or tail:
-        return None
-    stream = parse_qs(parts.query).get("stream", [""])[-1].lower()
-    return response_id, "resume" if stream in ("true", "1") else "retrieve"
-
-
-def starting_after(target: str) -> int:
-    """The resume's ``starting_after`` query parameter, -1 when absent or not a number."""
-    value = parse_qs(urlsplit(target).query).get("starting_after", [""])[-1]
-    return int(value) if value.lstrip("-").isdigit() else -1
 
 
 def _usage(scenario: Scenario, request: RecordedRequest) -> dict[str, Any] | None:
@@ -155,15 +121,6 @@ def _completed(scenario: Scenario, request: RecordedRequest, n: int, created: in
     return response | {"output": _output(scenario, n), "usage": _usage(scenario, request)}
 
 
-def responses_completion(
-    scenario: Scenario, request: RecordedRequest, n: int, store: ResponseStore
-) -> dict[str, Any]:
-    """A complete, non-streamed Response, also kept in ``store``."""
-    response = _completed(scenario, request, n, int(time.time()))
-    store.put(StoredResponse(response))
-    return response
-
-
 def _items(scenario: Scenario, n: int) -> tuple[list[_Event], int]:
     """The output item events of a stream, and the index of its first output event."""
     events: list[_Event] = []
@@ -201,7 +158,8 @@ def _items(scenario: Scenario, n: int) -> tuple[list[_Event], int]:
     return events, 2 if _has_text(scenario) else 1
 
 
-def _error_event(scenario: Scenario, failed: dict[str, Any]) -> _Event:
+def wire_error(scenario: Scenario, failed: dict[str, Any]) -> _Event:
+    """The in-stream error event for the scenario (``response.failed`` on request)."""
     kind, message = scenario.error_event or "server_error", scenario.message
     if scenario.error_as_response_failed:
         return {"type": "response.failed", "response": failed}
@@ -212,58 +170,86 @@ def _error_event(scenario: Scenario, failed: dict[str, Any]) -> _Event:
     return {"type": "error", "code": kind, "message": message, "param": None, "error": error}
 
 
-def _failed(scenario: Scenario, response: dict[str, Any]) -> dict[str, Any]:
+def failed_response(scenario: Scenario, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` as failed with the scenario's error."""
     kind = scenario.error_event or "server_error"
     error = {"code": kind, "message": scenario.message}
     return response | {"status": "failed", "error": error, "output": [], "usage": None}
 
 
-def responses_stream(
-    scenario: Scenario, request: RecordedRequest, n: int, store: ResponseStore
-) -> ResponsesStream:
-    """The live stream of a new response, which keeps its events in ``store`` once over."""
+def _generated(
+    scenario: Scenario, request: RecordedRequest, n: int
+) -> tuple[list[_Event], int, dict[str, Any], dict[str, Any]]:
+    """A response's whole stream, its first output event's index, its completed JSON and
+    the JSON it fails with."""
     created = int(time.time())
-    background = isinstance(request.json, dict) and request.json.get("background") is True
-    start = _response(request, n, created, "queued" if background else "in_progress")
+    start = _response(request, n, created, "queued" if _background(request) else "in_progress")
     lifecycle: list[_Event] = [{"type": "response.created", "response": start}]
-    if background:
+    if _background(request):
         lifecycle.append({"type": "response.queued", "response": start})
     running = start | {"status": "in_progress"}
     lifecycle.append({"type": "response.in_progress", "response": running})
     items, think_at = _items(scenario, n)
     done = _completed(scenario, request, n, created)
     events = [*lifecycle, *items, {"type": "response.completed", "response": done}]
-    failed = _failed(scenario, running)
+    return events, len(lifecycle) + think_at, done, failed_response(scenario, running)
 
-    def keep(log: list[_Event], think_seq: int, errored: bool) -> None:
-        store.put(StoredResponse(failed if errored else done, log, think_seq))
 
+def _background(request: RecordedRequest) -> bool:
+    return isinstance(request.json, dict) and request.json.get("background") is True
+
+
+def _numbered(events: list[_Event], first: int = 0) -> list[_Event]:
+    return [{**event, "sequence_number": first + i} for i, event in enumerate(events)]
+
+
+def responses_completion(
+    scenario: Scenario, request: RecordedRequest, n: int, store: ResponseStore
+) -> dict[str, Any]:
+    """A complete, non-streamed Response, kept in ``store`` (with its stream if background)."""
+    events, think_at, done, _ = _generated(scenario, request, n)
+    background = _background(request)
+    kept = _numbered(events) if background else None
+    store.put(StoredResponse(done, kept, think_at, background=background))
+    return done
+
+
+def responses_stream(
+    scenario: Scenario, request: RecordedRequest, n: int, store: ResponseStore
+) -> ResponsesStream:
+    """The live stream of a new response, kept in ``store`` before it is sent.
+
+    The kept JSON is the completed response, or the failed one under ``error_event``; in
+    background mode the kept events are numbered up front and are what a healthy stream
+    sends, up to and with the error event under ``error_event``.
+    """
+    events, think_at, done, failed = _generated(scenario, request, n)
+    error = wire_error(scenario, failed)
+    if not _background(request):
+        store.put(StoredResponse(done if scenario.error_event is None else failed))
+        return ResponsesStream(events, scenario, think_at=think_at, error=error)
+    numbered = _numbered(events)
+    if scenario.error_event is None:
+        kept, error_seq = numbered, len(numbered)
+    else:
+        error_seq = error_cut(scenario.error_after_events, len(events))
+        kept = [*numbered[:error_seq], {**error, "sequence_number": error_seq}]
+    final = done if scenario.error_event is None else failed
+    store.put(StoredResponse(final, kept, think_at, background=True))
     return ResponsesStream(
-        events, scenario, think_at=len(lifecycle) + think_at, error=failed, on_end=keep
+        numbered, scenario, think_at=think_at, error=error, fixed=(-1, error_seq)
     )
-
-
-def replay_stream(scenario: Scenario, stored: StoredResponse, after: int) -> ResponsesStream:
-    """A resume: the stored events numbered above ``after``, under ``scenario``'s faults."""
-    events = [event for event in stored.events or [] if event["sequence_number"] > after]
-    think_at = next(
-        (i for i, event in enumerate(events) if event["sequence_number"] >= stored.think_seq),
-        len(events),
-    )
-    end = max((event["sequence_number"] for event in stored.events or []), default=-1) + 1
-    failed = _failed(scenario, stored.response)
-    return ResponsesStream(events, scenario, think_at=think_at, error=failed, resume=(after, end))
 
 
 class ResponsesStream(WireStream):
-    """Responses events, numbered as they are sent so that keepalives take numbers too.
+    """Responses events, numbered as they are sent, or as they were numbered when kept.
 
-    Live, every event, keepalive and error takes the next number from 0; once the stream
-    is over, the events it did not send are numbered on after the last one sent (the
-    response completes on the server, as it would in background mode) and kept. A resume
-    (``resume=(starting_after, end)``) sends the stored numbers; its keepalives repeat
-    the number of the event before them and its error takes ``end``, so that the stored
-    numbering never shifts.
+    Live outside background mode, every event, keepalive and error takes the next number
+    from 0. With ``fixed=(last, error_seq)`` (a background stream, live or resumed), the
+    events carry the numbers they were kept with, a keepalive repeats the number of the
+    event before it (``last`` before any), and the error takes ``error_seq``, so that the
+    kept numbering never shifts and ``starting_after`` the last number a client saw
+    resumes exactly after it.
     """
 
     def __init__(
@@ -272,19 +258,14 @@ class ResponsesStream(WireStream):
         scenario: Scenario,
         *,
         think_at: int,
-        error: dict[str, Any],
-        on_end: Callable[[list[_Event], int, bool], None] | None = None,
-        resume: tuple[int, int] | None = None,
+        error: _Event,
+        fixed: tuple[int, int] | None = None,
     ) -> None:
         super().__init__([], think_at=think_at, keepalive=b"", error=b"")
         self._pending, self._newline = events, b"\r\n" if scenario.crlf else b"\n"
-        self._error_event = _error_event(scenario, error)
-        self._on_end, self._resume = on_end, resume
+        self._error_event, self._fixed = error, fixed
         self._next = 0
-        self._last = resume[0] if resume is not None else -1
-        self._log: list[_Event] = []
-        self._think_seq = 0
-        self._errored = False
+        self._last = fixed[0] if fixed is not None else -1
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -296,38 +277,19 @@ class ResponsesStream(WireStream):
         newline = self._newline
         return b"event: " + kind.encode() + newline + b"data: " + data + newline + newline
 
-    def _number(self, index: int) -> _Event:
-        event = deepcopy(self._pending[index])
-        if self._resume is None:
-            if index == self.think_at:
-                self._think_seq = self._next
-            event["sequence_number"], self._next = self._next, self._next + 1
-        self._last = event["sequence_number"]
-        return event
-
     def event(self, index: int) -> bytes:
-        event = self._number(index)
-        self._log.append(event)
-        return self._encode(event, event["sequence_number"])
+        event = self._pending[index]
+        seq = event["sequence_number"] if self._fixed is not None else self._next
+        self._next, self._last = self._next + 1, seq
+        return self._encode(event, seq)
 
     def keepalive(self) -> bytes:
         seq = self._last
-        if self._resume is None:
+        if self._fixed is None:
             seq, self._next = self._next, self._next + 1
         return self._encode({"type": "keepalive"}, seq)
 
     def error(self) -> bytes:
-        self._errored = True
-        seq = self._resume[1] if self._resume is not None else self._next
+        seq = self._fixed[1] if self._fixed is not None else self._next
         self._next += 1
-        event = {**self._error_event, "sequence_number": seq}
-        self._log.append(event)
-        return self._encode(event, seq)
-
-    def ended(self) -> None:
-        if self._on_end is None:
-            return
-        if not self._errored:
-            for index in range(len(self._log), len(self._pending)):
-                self._log.append(self._number(index))
-        self._on_end(self._log, self._think_seq, self._errored)
+        return self._encode(self._error_event, seq)

@@ -37,6 +37,7 @@ _ERROR_MESSAGE = "The server had an error while processing your request."
 _NON_NEGATIVE: tuple[str, ...] = ("hold", "byte_delay", "event_interval", "json_delay")
 _NON_NEGATIVE += ("stall_attempts", "stall_after_events", "truncate_after_events")
 _NON_NEGATIVE += ("linger_after_done", "write_size", "think", "error_after_events")
+_NON_NEGATIVE += ("drop_after_events",)
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,17 @@ class Scenario:
     ``"overloaded_error"``) sends ``error_after_events`` events (at most all but the
     last), then the wire's in-stream error event in place of the rest, then ends the body
     cleanly, with status 200 (Responses: an ``error`` event, or with
-    ``error_as_response_failed`` a ``response.failed``). A stall ends, and the connection
-    closes, after ``hold`` seconds. The first ``stall_attempts`` requests that count as
-    attempts (see :class:`RecordedRequest`) are answered by ``stall_scenario`` instead
-    (default: :meth:`silent_before_headers`).
+    ``error_as_response_failed`` a ``response.failed``); ``drop_after_events`` sends that
+    many events (with ``drop_mid_event``, the first half of the next one's bytes too), then,
+    after 50 ms for those bytes to arrive, resets the connection (``SO_LINGER`` 0 and
+    close: the client reads a connection reset mid-body, not a clean end). A stall ends,
+    and the connection closes, after ``hold`` seconds. The first ``stall_attempts``
+    requests that count as attempts (see :class:`RecordedRequest`; Responses resumes
+    count) are answered by ``stall_scenario`` instead (default:
+    :meth:`silent_before_headers`), so ``stall_first(1, stall=silent_after(3))`` stalls a
+    background stream's creation and serves its resume healthy, and
+    ``stall_first(2, stall=stall_first(1, then=fault, stall=Scenario()))`` faults only the
+    second attempt.
 
     Thinking: ``think`` seconds of silence after the wire's preamble, before its first
     output event (Chat: before the first data event; Messages: after ``message_start``,
@@ -127,6 +135,8 @@ class Scenario:
     error_event: str | None = None
     error_after_events: int = 0
     error_as_response_failed: bool = False
+    drop_after_events: int | None = None
+    drop_mid_event: bool = False
 
     def __post_init__(self) -> None:
         content: object = self.content
@@ -146,6 +156,7 @@ class Scenario:
             "stall_after_events": self.stall_after_events is not None,
             "truncate_after_events": self.truncate_after_events is not None,
             "error_event": self.error_event is not None,
+            "drop_after_events": self.drop_after_events is not None,
         }
         faults = [name for name, on in fault_fields.items() if on]
         if len(faults) > 1:
@@ -177,6 +188,8 @@ class Scenario:
             raise ValueError("Scenario.error_after_events requires error_event")
         if self.error_as_response_failed and kind is None:
             raise ValueError("Scenario.error_as_response_failed requires error_event")
+        if self.drop_mid_event and self.drop_after_events is None:
+            raise ValueError("Scenario.drop_mid_event requires drop_after_events")
 
     @classmethod
     def healthy(
@@ -220,6 +233,11 @@ class Scenario:
     def truncated(cls, events: int = 1) -> Scenario:
         """Send ``events`` events, then close without the terminating chunk."""
         return cls(truncate_after_events=events)
+
+    @classmethod
+    def dropped_after(cls, events: int, *, mid_event: bool = False) -> Scenario:
+        """Send ``events`` events (and half the next with ``mid_event``), then reset."""
+        return cls(drop_after_events=events, drop_mid_event=mid_event)
 
     @classmethod
     def trickle(cls, *, delay: float = 0.0) -> Scenario:

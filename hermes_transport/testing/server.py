@@ -19,9 +19,10 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from .background import is_resume
 from .handler import Handler
 from .messages import MESSAGES_PATH
-from .responses import RESPONSES_PATH, is_resume
+from .responses import RESPONSES_PATH
 from .scenarios import CHAT_COMPLETIONS_PATH, RecordedRequest, Scenario
 from .store import ResponseStore
 
@@ -36,7 +37,9 @@ class FaultServer:
     Use it as a context manager, or call :meth:`start` (once) and :meth:`stop` (idempotent).
     With a server-side ``ssl_context`` it speaks HTTPS (the handshake runs on the
     connection's own thread, so a client stalling it blocks nothing else). It keeps every
-    Responses response it answered, for retrieval and resumes, until it is dropped.
+    Responses response it answered, for retrieval, until it is dropped; a background one
+    can be resumed for ``resume_window`` seconds after its creation (the real API's five
+    minutes by default; any number > 0, ``math.inf`` for ever), and cancelled.
     """
 
     def __init__(
@@ -46,7 +49,12 @@ class FaultServer:
         host: str = "127.0.0.1",
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
+        resume_window: float = 300.0,
     ) -> None:
+        window: object = resume_window
+        if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
+            raise ValueError(f"FaultServer resume_window must be a number > 0, got {window!r}")
+        self._resume_window = float(resume_window)
         self._scenario = scenario if scenario is not None else Scenario()
         self._address = (host, port)
         self._ssl_context = ssl_context
@@ -81,6 +89,11 @@ class FaultServer:
             raise TypeError(f"expected a Scenario, got {type(scenario).__name__}")
         with self._lock:
             self._scenario = scenario
+
+    @property
+    def resume_window(self) -> float:
+        """Seconds after its creation during which a background response can be resumed."""
+        return self._resume_window
 
     @property
     def port(self) -> int:

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["WireStream", "sse_comment"]
+__all__ = ["WireStream", "error_cut", "sse_comment"]
+
+
+def error_cut(after: int, events: int) -> int:
+    """How many of ``events`` events an in-stream error after ``after`` events follows:
+    all but the last at most."""
+    return max(0, min(after, events - 1))
 
 
 def sse_comment(crlf: bool) -> bytes:

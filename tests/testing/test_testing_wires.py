@@ -297,15 +297,21 @@ def test_the_stream_helper_resumes_by_id(
 
 
 def test_a_stalled_stream_resumes_where_it_stopped(server: FaultServer) -> None:
-    """After a live stream stalls, a resume from its last number gets the rest of the response, under the scenario then current."""
+    """After a live background stream stalls with keepalives, a resume from its last number gets the rest of the response, under the scenario then current."""
     server.scenario = dataclasses.replace(Scenario.comments_after(5), hold=0.3)
     seen: list[Event] = []
     with pytest.raises(httpx.RemoteProtocolError):
         with (
             httpx.Client(timeout=10.0) as client,
-            client.stream("POST", url(server, RESPONSES_PATH), json=BODIES["responses"]) as r,
+            client.stream(
+                "POST",
+                url(server, RESPONSES_PATH),
+                json=BODIES["responses"] | {"background": True},
+            ) as r,
         ):
             seen.extend(parse(r.iter_lines(), time.monotonic()))
+    assert_numbered(seen[:5])
+    assert {e.data["sequence_number"] for e in seen[5:] if e.name == "keepalive"} == {4}
     last = seen[-1].data["sequence_number"]
     response_id = seen[0].data["response"]["id"]
     resume_url = url(server, f"{RESPONSES_PATH}/{response_id}?stream=true&starting_after={last}")
@@ -317,13 +323,13 @@ def test_a_stalled_stream_resumes_where_it_stopped(server: FaultServer) -> None:
         stalled: list[Event] = []
         with pytest.raises(httpx.ReadTimeout):
             stalled.extend(parse(r.iter_lines(), time.monotonic()))
-    assert [e.data["sequence_number"] for e in stalled] == [last + 1, last + 2]
+    assert [e.data["sequence_number"] for e in stalled] == [5, 6]
     server.scenario = Scenario()
     with httpx.Client(timeout=10.0) as client:
         rest = list(parse(client.get(resume_url).text.splitlines(), time.monotonic()))
     names = [e.name for e in rest]
-    assert names == TEXT_EVENTS[5:]  # the second delta onwards, numbered after the keepalives
-    assert [e.data["sequence_number"] for e in rest] == list(range(last + 1, last + 6))
+    assert names == TEXT_EVENTS[4:]  # the first delta onwards (queued took a number)
+    assert [e.data["sequence_number"] for e in rest] == list(range(5, 11))
     assert [r.attempt for r in server.requests] == [0, 1, 2]
 
 
@@ -358,7 +364,7 @@ def test_an_unknown_response_id_is_an_openai_404(
 def test_a_non_streamed_response_cannot_be_resumed(
     server: FaultServer, sdk: openai.OpenAI
 ) -> None:
-    """A response created without stream has no stored events: resuming it raises NotFoundError."""
+    """A response created without stream or background cannot be resumed: resuming it raises NotFoundError."""
     created = sdk.responses.create(model="m", input="hi")
     with pytest.raises(openai.NotFoundError):
         list(sdk.responses.retrieve(created.id, stream=True))

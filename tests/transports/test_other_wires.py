@@ -318,7 +318,7 @@ def test_the_resume_request_is_watched_as_a_stream(
 ) -> None:
     """GET /responses/{id}?stream=true (no body, no Accept) is a stream: a silent one stalls at its first event."""
     client = openai_client(StreamPolicy(stale_timeout=5.0, retries=0))
-    with client.responses.stream(**RESPONSE) as stream:
+    with client.responses.stream(**RESPONSE, background=True) as stream:  # only these resume
         for _ in stream:
             pass
         response_id = stream.get_final_response().id
