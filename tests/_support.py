@@ -380,3 +380,35 @@ def ignore_abandoned_async_generators() -> None:
         message=r"Async generator '[\w.]+' was garbage collected",
         category=ResourceWarning,
     )
+
+
+#: The events of a healthy Responses stream from the fault server, in order (a background
+#: one has ``response.queued`` after ``response.created``).
+RESPONSE_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+def record_sdk_sleeps(monkeypatch: Any, base_client: Any) -> list[int]:
+    """Skip an SDK's retry back-offs (its ``_base_client`` module, sync and async clients);
+    returns the ``retries_taken`` of each, recorded."""
+    sleeps: list[int] = []
+
+    def sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
+        sleeps.append(retries_taken)
+
+    async def async_sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
+        sleeps.append(retries_taken)
+
+    monkeypatch.setattr(base_client.SyncAPIClient, "_sleep_for_retry", sleep)
+    monkeypatch.setattr(base_client.AsyncAPIClient, "_sleep_for_retry", async_sleep)
+    return sleeps

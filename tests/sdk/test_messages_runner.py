@@ -23,7 +23,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import MESSAGES_PATH, FaultServer, Scenario
 
-from _support import PROMPT, ignore_abandoned_async_generators
+from _support import PROMPT, ignore_abandoned_async_generators, record_sdk_sleeps
 
 # anthropic 2.x and httpx2 need Python 3.11+.
 anthropic = pytest.importorskip("anthropic")
@@ -65,17 +65,7 @@ def sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The anthropic SDK's retry back-offs (sync and async clients), recorded and skipped."""
     import anthropic._base_client as base_client
 
-    sleeps: list[int] = []
-
-    def sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
-        sleeps.append(retries_taken)
-
-    async def async_sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
-        sleeps.append(retries_taken)
-
-    monkeypatch.setattr(base_client.SyncAPIClient, "_sleep_for_retry", sleep)
-    monkeypatch.setattr(base_client.AsyncAPIClient, "_sleep_for_retry", async_sleep)
-    return sleeps
+    return record_sdk_sleeps(monkeypatch, base_client)
 
 
 def _message(

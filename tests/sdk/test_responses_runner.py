@@ -37,25 +37,20 @@ from hermes_transport.testing import (
     Scenario,
 )
 
-from _support import OPENAI_MAJOR, PROMPT, Flavor, ignore_abandoned_async_generators
+from _support import (
+    OPENAI_MAJOR,
+    PROMPT,
+    RESPONSE_EVENTS,
+    Flavor,
+    ignore_abandoned_async_generators,
+    record_sdk_sleeps,
+)
 
 REQUEST: dict[str, Any] = {"model": "m", "input": "hi"}
 #: inline and worker: stream_response on a "cron" or a "cli" client; asyncio and trio:
 #: astream_response on that event loop.
 MODES = ["inline", "worker", "asyncio", "trio"]
-#: The events of a healthy text stream, in order.
-TEXT_EVENTS = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.content_part.added",
-    "response.output_text.delta",
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.done",
-    "response.output_item.done",
-    "response.completed",
-]
+TEXT_EVENTS = RESPONSE_EVENTS
 #: How many events reach the first text delta (lifecycle, item and part opened, delta).
 TO_FIRST_DELTA = 5
 PATIENT = StreamPolicy(stale_timeout=30.0, retries=2)
@@ -69,17 +64,7 @@ def sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The SDK's retry back-offs (sync and async clients), recorded and skipped."""
     import openai._base_client as base_client
 
-    sleeps: list[int] = []
-
-    def sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
-        sleeps.append(retries_taken)
-
-    async def async_sleep(self: object, *, retries_taken: int, **kwargs: object) -> None:
-        sleeps.append(retries_taken)
-
-    monkeypatch.setattr(base_client.SyncAPIClient, "_sleep_for_retry", sleep)
-    monkeypatch.setattr(base_client.AsyncAPIClient, "_sleep_for_retry", async_sleep)
-    return sleeps
+    return record_sdk_sleeps(monkeypatch, base_client)
 
 
 def _respond(

@@ -15,22 +15,12 @@ import pytest
 
 from hermes_transport.testing import MESSAGES_PATH, RESPONSES_PATH, FaultServer, Scenario
 
+from _support import RESPONSE_EVENTS
+
 BODY: dict[str, Any] = {"model": "m", "input": "hi", "stream": True, "background": True}
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 # The events of a healthy default background stream, numbered 0 to 10.
-BACKGROUND_EVENTS = [
-    "response.created",
-    "response.queued",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.content_part.added",
-    "response.output_text.delta",
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.done",
-    "response.output_item.done",
-    "response.completed",
-]
+BACKGROUND_EVENTS = [*RESPONSE_EVENTS[:1], "response.queued", *RESPONSE_EVENTS[1:]]
 # What a client reading a body sees when the server resets the connection under it.
 RESET_ERRORS = (httpx.ReadError, httpx.RemoteProtocolError, openai.APIConnectionError)
 

@@ -22,6 +22,8 @@ from hermes_transport.testing import (
     Scenario,
 )
 
+from _support import RESPONSE_EVENTS
+
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 BODIES: dict[str, dict[str, Any]] = {
     "chat": {"model": "m", "messages": MESSAGES, "stream": True},
@@ -38,18 +40,7 @@ FIRST_OUTPUT = {
 KEEPALIVE = {"chat": ":", "messages": "ping", "responses": "keepalive"}
 # How many events a healthy default stream has ([DONE] included for chat).
 HEALTHY_EVENTS = {"chat": 4, "messages": 8, "responses": 10}
-TEXT_EVENTS = [
-    "response.created",
-    "response.in_progress",
-    "response.output_item.added",
-    "response.content_part.added",
-    "response.output_text.delta",
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.done",
-    "response.output_item.done",
-    "response.completed",
-]
+TEXT_EVENTS = RESPONSE_EVENTS
 TOOL_EVENTS = [
     "response.output_item.added",
     *["response.function_call_arguments.delta"] * 5,
