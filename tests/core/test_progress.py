@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from hermes_transport._core.progress import ProgressMeter, is_event_stream, wants_stream
 from hermes_transport._core.sse import SSEScanner
 
+# Pure scanning: the same under every openai major (see the `once` marker).
+pytestmark = pytest.mark.once
+
 KIB = 1024
 MIB = 1024 * KIB
 GZIP = 31

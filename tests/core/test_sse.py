@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from hermes_transport._core.sse import SSEScanner
 
+# Pure scanning: the same under every openai major (see the `once` marker).
+pytestmark = pytest.mark.once
+
 BOM = b"\xef\xbb\xbf"
 ENDINGS = (b"\n", b"\r", b"\r\n")
 ENDING_IDS = ("LF", "CR", "CRLF")

@@ -37,8 +37,9 @@ _PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink)
 HEAVY_EXAMPLES = int(os.environ.get("HERMES_FUZZ_EXAMPLES", "0") or "0")
 # Chunkings of each example's body checked by the chunking properties.
 SPLITS = 4 if HEAVY_EXAMPLES > 0 else 1
-# The heavy mode runs for minutes: past the suite's per-test timeout.
-pytestmark = [pytest.mark.timeout(0)] if HEAVY_EXAMPLES > 0 else []
+# Pure scanning, the same under every openai major (see the `once` marker); the heavy
+# mode runs for minutes: past the suite's per-test timeout.
+pytestmark = [pytest.mark.once, *([pytest.mark.timeout(0)] if HEAVY_EXAMPLES > 0 else [])]
 
 
 def fuzz(

@@ -15,6 +15,9 @@ from hermes_transport._core.progress import ProgressMeter
 from hermes_transport._core.sse import CAPTURE_LIMIT, SSEScanner
 from hermes_transport._core.wires import ErrorEvent, Wire, classify, wire_of
 
+# Pure scanning: the same under every openai major (see the `once` marker).
+pytestmark = pytest.mark.once
+
 
 def event(kind: str | None, payload: dict[str, Any], *, newline: bytes = b"\n") -> bytes:
     """One SSE event: an ``event:`` line when ``kind`` is given, and one data line."""

@@ -584,6 +584,7 @@ async def _loop_server() -> AsyncIterator[int]:
 
 
 @pytest.mark.timing
+@pytest.mark.once  # the transport alone, no SDK: the same under every openai major
 async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
     """1,000 concurrent watched streams: every stall is caught on time, memory stays bounded."""
     kinds = ["ok", "silent", "comments"]
