@@ -63,7 +63,7 @@ class BodyWatch:
         meter: ProgressMeter | None,
         stale: float | None,
         arm: Arm,
-        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
+        resend_error: Callable[[ErrorEvent, Attempt], bool],
     ) -> None:
         self._guard = guard
         # Asked once, when the stream opens with a transient error event.
@@ -106,8 +106,7 @@ class BodyWatch:
         error = meter.error
         if error is None:
             return False
-        resend = self._resend_error
-        if error.transient and resend is not None and resend(error, self._attempt):
+        if error.transient and self._resend_error(error, self._attempt):
             raise ErrorResend(error)
         self._progressed()
         return True

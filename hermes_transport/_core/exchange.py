@@ -181,8 +181,8 @@ class Exchange:
         "_replayable",
         "_request",
         "_tokens",
+        "_wire",
         "backoff",
-        "wire",
     )
 
     def __init__(
@@ -201,7 +201,7 @@ class Exchange:
         # carries the original ByteStream but has no `content` of its own.)
         stream = request.stream
         self._replayable = isinstance(stream, flavor.http.ByteStream)
-        self.wire = wire_of(request.url.path)
+        self._wire = wire_of(request.url.path)
         streaming = wants_stream(
             request.headers.get("accept", ""),
             request.headers.get("content-type", ""),
@@ -209,7 +209,7 @@ class Exchange:
         ) or (
             # The Responses resume, GET /responses/{id}?stream=true, says so
             # only in its query: it has no body and no Accept header.
-            self.wire == "responses" and request.url.params.get("stream") == "true"
+            self._wire == "responses" and request.url.params.get("stream") == "true"
         )
         self._budget = policy.first_event_budget if streaming else None
         self._call: Call | None = (
@@ -341,8 +341,8 @@ class Exchange:
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
             return ProgressMeter(
                 response.headers.get("content-encoding", ""),
-                self._policy.heartbeats_for(self.wire),
-                self.wire,
+                self._policy.heartbeats_for(self._wire),
+                self._wire,
             )
         # Not watched for progress, but interruptible, and the guard keeps the
         # socket from being closed under the body by another thread.

@@ -13,9 +13,10 @@ from typing import Any, Final
 from .sse import MAX_EVENT_TYPE
 from .wires import WIRES, Wire
 
-__all__ = ["DEFAULT_HEARTBEAT_EVENTS", "WireEvents", "env_event_types", "per_wire"]
+__all__ = ["DEFAULT_HEARTBEAT_EVENTS", "OFF", "WireEvents", "env_event_types", "per_wire"]
 
-_OFF = "off"
+#: What an environment variable says for "none" (no bound, no keepalives).
+OFF = "off"
 
 
 class WireEvents(Mapping[Wire, frozenset[str]]):
@@ -85,7 +86,7 @@ def env_event_types(raw: str) -> object:
 
     def names(text: str) -> list[str]:
         text = text.strip()
-        return [] if text.lower() == _OFF else [name.strip() for name in text.split(",")]
+        return [] if text.lower() == OFF else [name.strip() for name in text.split(",")]
 
     if "=" not in raw:
         return names(raw)

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Literal
 
-from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, WireEvents, env_event_types, per_wire
+from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, OFF, WireEvents, env_event_types, per_wire
 from .wires import Wire
 
 __all__ = ["StreamPolicy"]
@@ -19,7 +19,6 @@ ENV_STALE_TIMEOUT = "HERMES_STREAM_STALE_TIMEOUT"
 ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
-_OFF = "off"
 #: The longest finite budget, in seconds: a year. Longer ones are refused
 #: (``None`` turns a bound off) rather than handed to timers that cannot hold
 #: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
@@ -233,7 +232,7 @@ def _env_seconds(env: Mapping[str, str], name: str) -> Any:
     raw = env.get(name, "").strip()
     if not raw:
         return _UNSET
-    if raw.lower() == _OFF:
+    if raw.lower() == OFF:
         return None
     try:
         value = float(raw)

@@ -110,7 +110,6 @@ class ErrorEvent:
     one of ``TRANSIENT_ERRORS``, and the request may be sent again.
     """
 
-    wire: Wire
     event_type: str
     kind: str | None
     message: str | None
@@ -215,7 +214,7 @@ def _wire_error(wire: Wire, event_type: bytes, data: bytes) -> ErrorEvent:
             kind = _text(payload.get("code"))
             message = message or _text(payload.get("message"))
     transient = kind in TRANSIENT_ERRORS[wire]
-    return ErrorEvent(wire, event_type.decode("utf-8", "replace"), kind, message, transient)
+    return ErrorEvent(event_type.decode("utf-8", "replace"), kind, message, transient)
 
 
 def _chat_error(data: bytes) -> ErrorEvent | None:
@@ -238,4 +237,4 @@ def _chat_error(data: bytes) -> ErrorEvent | None:
         transient = transient or kind in named or kind_text in named
     else:
         message = _text(error)
-    return ErrorEvent("chat_completions", "message", kind, message, transient)
+    return ErrorEvent("message", kind, message, transient)

@@ -77,7 +77,7 @@ class AsyncWatchedStream(BodyWatch):
         watcher: LoopWatchdog,
         *,
         drains: bool,
-        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
+        resend_error: Callable[[ErrorEvent, Attempt], bool],
     ) -> None:
         super().__init__(guard, attempt, meter, stale, watcher.arm, resend_error)
         self._inner = inner

@@ -43,7 +43,7 @@ class WatchedStream(BodyWatch):
         attempt: Attempt,
         meter: ProgressMeter | None,
         stale: float | None,
-        resend_error: Callable[[ErrorEvent, Attempt], bool] | None = None,
+        resend_error: Callable[[ErrorEvent, Attempt], bool],
     ) -> None:
         super().__init__(guard, attempt, meter, stale, watchdog.arm, resend_error)
         self._inner = inner
