@@ -123,6 +123,12 @@ def chat_body(stream: bool = True, **extra: Any) -> dict[str, Any]:
     return {"model": "m", "messages": messages, "stream": stream, **extra}
 
 
+def threads_started_since(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The threads alive now that were not in ``before`` (a set of ``threading.enumerate()``).
+    Not a count: other tests' threads may end meanwhile, which a count reads as ours."""
+    return [thread for thread in threading.enumerate() if thread not in before]
+
+
 def open_fds() -> int:
     """File descriptors this process has open (Linux)."""
     return len(os.listdir("/proc/self/fd"))

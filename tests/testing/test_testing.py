@@ -27,6 +27,8 @@ from hermes_transport.testing import (
     Scenario,
 )
 
+from _support import threads_started_since
+
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 STREAM_BODY = {"model": "test-model", "messages": MESSAGES, "stream": True}
 JSON_BODY = {"model": "test-model", "messages": MESSAGES}
@@ -586,7 +588,7 @@ def _stream_forever(url: str, outcome: list[object], verify: ssl.SSLContext | bo
 )
 def test_stop_is_prompt_with_stalled_clients(scenario: Scenario) -> None:
     """stop() ends stalled handlers fast, unblocks the clients and leaks no threads."""
-    baseline = threading.active_count()
+    baseline = set(threading.enumerate())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fault_server = FaultServer(scenario).start()
@@ -606,7 +608,7 @@ def test_stop_is_prompt_with_stalled_clients(scenario: Scenario) -> None:
             client.join(timeout=10.0)
         assert len(outcomes) == 3
         assert "completed" not in outcomes
-        assert threading.active_count() == baseline
+        assert not threads_started_since(baseline)
         fault_server.stop()  # idempotent
         del fault_server
         gc.collect()
@@ -615,7 +617,7 @@ def test_stop_is_prompt_with_stalled_clients(scenario: Scenario) -> None:
 
 def test_stop_closes_idle_keep_alive_connections() -> None:
     """stop() also ends handlers waiting for the next request on a kept-alive connection."""
-    baseline = threading.active_count()
+    baseline = set(threading.enumerate())
     with FaultServer() as fault_server, httpx.Client(timeout=10.0) as client:
         for _ in range(2):
             assert client.post(chat_url(fault_server), json=JSON_BODY).status_code == 200
@@ -623,7 +625,7 @@ def test_stop_closes_idle_keep_alive_connections() -> None:
         started = time.monotonic()
         fault_server.stop()
         assert time.monotonic() - started < 1.0
-        assert threading.active_count() == baseline
+        assert not threads_started_since(baseline)
 
 
 @pytest.mark.parametrize(
@@ -696,7 +698,7 @@ def test_tls_serves_the_sdk(
 
 def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     """Over TLS a stall is a stall, and stop() also ends a never-finished handshake."""
-    baseline = threading.active_count()
+    baseline = set(threading.enumerate())
     fault_server = FaultServer(Scenario.silent_after(1), ssl_context=tls[0]).start()
     lines: list[str] = []
     with httpx.Client(verify=tls[1], timeout=httpx.Timeout(10.0, read=READ_TIMEOUT)) as client:
@@ -721,7 +723,7 @@ def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -
         streamer.join(timeout=10.0)
     assert len(stalled) == 1
     assert "completed" not in stalled
-    assert threading.active_count() == baseline
+    assert not threads_started_since(baseline)
 
 
 # --- Scenario ----------------------------------------------------------------------------

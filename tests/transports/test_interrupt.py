@@ -30,6 +30,7 @@ from _support import (
     deaf_server,
     interrupt_when,
     open_fds,
+    threads_started_since,
 )
 
 POLICY = StreamPolicy(stale_timeout=60.0, retries=2)
@@ -247,9 +248,9 @@ def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(
     token = Interrupt()
     with _client(flavor, Endpoint(server.base_url, True), token) as client:
         response = _stream(client, server.base_url)
-        before = threading.active_count()
+        before = set(threading.enumerate())
         token.interrupt()
-        assert threading.active_count() == before
+        assert not threads_started_since(before)
         with pytest.raises(StreamInterrupted):
             response.read()
         response.close()
