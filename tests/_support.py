@@ -418,3 +418,16 @@ def record_sdk_sleeps(monkeypatch: Any, base_client: Any) -> list[int]:
     monkeypatch.setattr(base_client.SyncAPIClient, "_sleep_for_retry", sleep)
     monkeypatch.setattr(base_client.AsyncAPIClient, "_sleep_for_retry", async_sleep)
     return sleeps
+
+
+def build_responses_models() -> None:
+    """Have the openai SDK build its Responses event models (once per process, and slower
+    than a short stale budget), so that no test's budget pays for it."""
+    from hermes_transport.testing import FaultServer
+
+    with FaultServer() as server, openai.OpenAI(base_url=server.base_url, api_key="x") as sdk:
+        with sdk.responses.stream(model="m", input="hi", background=True) as stream:
+            stream.get_final_response()
+        response_id = stream.get_final_response().id
+        with sdk.responses.retrieve(response_id, stream=True, starting_after=3) as resumed:
+            list(resumed)

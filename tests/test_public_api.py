@@ -97,7 +97,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
         (
             hermes_transport.StreamPolicy,
             "(*, stale_timeout=180.0, first_event_timeout=StreamPolicy.SAME_AS_STALE, retries=2,"
-            " heartbeat_events={'chat_completions': frozenset({'ping'}),"
+            " resumes=3, cancel_on_interrupt=True, heartbeat_events={'chat_completions': frozenset({'ping'}),"
             " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
             " 'generic': frozenset({'ping'})})",
         ),

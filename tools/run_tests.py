@@ -4,7 +4,10 @@
 Each major gets its own virtual environment under ``.venvs/`` (created on first
 use, refreshed on every run) with this project (editable, with its ``httpx2``
 extra) and ``requirements-test.txt`` installed, plus the newest release of that
-openai major.
+openai major and that major's own requirement files, if it has any
+(``MAJOR_REQUIREMENTS``): what only that major's tests use, such as the OpenAI
+Agents SDK (``requirements-agents.txt``), which requires openai 3.x and is
+installed for major 3 only; its tests skip where it is not installed.
 
 First, once, the check gate (``tools/check.py``) runs in the newest major's
 environment: ``ruff check``, ``ruff format --check`` and ``mypy --strict`` on
@@ -40,6 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MAJORS = ("1", "2", "3")
 # The test runner, what the tests use and the check gate's tools: no extra of the package.
 REQUIREMENTS = "requirements-test.txt"
+# What one major's environment installs besides: packages that require that major.
+MAJOR_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "3": ("requirements-agents.txt",),  # the OpenAI Agents SDK: openai>=3,<4 and httpx2
+}
 SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed)")
 
 
@@ -59,7 +66,8 @@ def _prepare(major: str) -> Path:
     python = str(_python(env_dir))
     install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     openai = f"openai>={major},<{int(major) + 1}"
-    result = _run([*install, "--upgrade", "-e", ".[httpx2]", "-r", REQUIREMENTS, openai])
+    extra = [arg for name in MAJOR_REQUIREMENTS.get(major, ()) for arg in ("-r", name)]
+    result = _run([*install, "--upgrade", "-e", ".[httpx2]", "-r", REQUIREMENTS, *extra, openai])
     if result.returncode != 0:
         raise SystemExit(f"installing the test environment for openai {major}.x failed")
     return _python(env_dir)

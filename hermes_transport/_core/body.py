@@ -2,26 +2,29 @@
 
 ``BodyWatch`` is what the sync and async watched streams build on: holding
 the bytes before the first event, the stale deadline after it, the drain
-after ``[DONE]``, and the error a killed body raises. The hot path is
-``_saw``: one attribute read and one scan per chunk, and on progress a clock
-read and one attribute write. No I/O here: the streams in ``_transports`` read.
+after ``[DONE]``, and the error a killed body raises; ``resuming`` adds what a
+resumable stream decides. The hot path is ``_saw``: one attribute read and
+one scan per chunk, and on progress a clock read and one attribute write. No
+I/O here: the streams in ``_transports`` read and send.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from .attempt import Arm, Attempt, ErrorResend, GuardFired, mapped_error
 from .clock import monotonic
 from .errors import StreamStalled
-from .exchange import Arm, Attempt, ErrorResend, GuardFired, mapped_error
 from .guard import Guard
 from .progress import ProgressMeter
-from .wires import ErrorEvent
+from .resume import Resumable, WholeEvents
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
 
 __all__ = [
     "AFTER_DONE_SECONDS",
@@ -63,11 +66,10 @@ class BodyWatch:
         meter: ProgressMeter | None,
         stale: float | None,
         arm: Arm,
-        resend_error: Callable[[ErrorEvent, Attempt], bool],
+        exchange: Exchange,
     ) -> None:
         self._guard = guard
-        # Asked once, when the stream opens with a transient error event.
-        self._resend_error = resend_error
+        self._exchange = exchange
         self._attempt = attempt
         self._meter = meter
         self._stale = stale
@@ -78,6 +80,18 @@ class BodyWatch:
         self._complete = False  # the inner body was read to its end
         self._drained_size = 0  # read after [DONE] when the caller closed early
         self._broken: Exception | None = None  # see _broke_early
+        # A resumable stream whose events are tracked: it can be resumed (with
+        # resumes allowed: only whole events are passed up) and cancelled.
+        self._resumable: Resumable | None = (
+            exchange.resumable if meter is not None and meter.tracks else None
+        )
+        # A compressed body cannot be spliced (a resumed one is compressed afresh).
+        spliceable = meter is not None and meter.identity and exchange.policy.resumes > 0
+        self._whole: WholeEvents | None = (
+            WholeEvents() if self._resumable is not None and spliceable else None
+        )
+        self._note = ""  # why the stream was not resumed, for its error
+        self._cancelled = False  # a cancel was sent (or given up)
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
             # Not an event stream: it has answered, and its body is not watched
@@ -96,6 +110,10 @@ class BodyWatch:
         """
         if self._guard.fired is not None:
             raise GuardFired
+        if self._whole is not None:
+            chunk = self._whole.take(chunk)
+            if not chunk:
+                return False
         self._held.append(chunk)
         self._held_size += len(chunk)
         meter = self._meter
@@ -106,7 +124,7 @@ class BodyWatch:
         error = meter.error
         if error is None:
             return False
-        if error.transient and self._resend_error(error, self._attempt):
+        if error.transient and self._exchange.resend_error(error, self._attempt):
             raise ErrorResend(error)
         self._progressed()
         return True
@@ -202,8 +220,9 @@ class BodyWatch:
         guard = self._guard
         return guard.fired == "stalled" and guard.fired_stage == "after_done"
 
-    def _failure(self, exc: BaseException) -> Exception | None:
-        """The error to raise instead of ``exc`` (the body is already closed), if any."""
+    def _failure(self, exc: BaseException, *, log: bool = True) -> Exception | None:
+        """The error to raise instead of ``exc`` (the body is already closed), if any; a
+        stall is logged (``log``) as it is raised."""
         meter = self._meter
         error = mapped_error(
             self._guard,
@@ -212,8 +231,9 @@ class BodyWatch:
             meter.events if meter is not None else 0,
             exc,
             in_body=True,
+            note=self._note,
         )
-        if isinstance(error, StreamStalled):
+        if log and isinstance(error, StreamStalled):
             attempt = self._attempt
             logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
         return error

@@ -10,8 +10,11 @@ a stream whose budget is spent fails at once, offline (under a runner the
 SDK never sees the stall: see ``errors.Handoff``). So stalls cost a call at
 most ``retries`` re-sends. ``attempts`` counts every attempt of the call,
 the SDK's retries after other failures (a 5xx, say) included; those draw
-nothing from the budget. Only a streaming request with a first-event budget
-looks its call up (and counts an attempt); any other gets no ``Call``.
+nothing from the budget. Only a streaming request with a first-event budget,
+or a resumable one, looks its call up (and counts an attempt); any other gets
+no ``Call``. A
+``Call`` also holds the call's budget of resumes (``StreamPolicy.resumes``),
+drawn on by every resumable stream of the call, and counts the resumes made.
 
 How a request finds its call: the runner binds one for its whole run
 (``bind_call``). Otherwise the transport keeps one per SDK call in a context
@@ -40,10 +43,12 @@ class Call:
     Used only by the thread or task making the call, one attempt after another.
     """
 
-    __slots__ = ("attempts", "last_stall", "resends_left")
+    __slots__ = ("attempts", "last_stall", "resends_left", "resumed", "resumes_left")
 
-    def __init__(self, resends: int) -> None:
+    def __init__(self, resends: int, resumes: int = 0) -> None:
         self.resends_left = resends
+        self.resumes_left = resumes
+        self.resumed = 0  # resumes made so far
         self.attempts = 0  # sent so far, by every layer
         # The stall that ended the latest attempt, until an attempt gets a response.
         self.last_stall: StreamStalled | None = None
@@ -58,6 +63,14 @@ class Call:
         if self.resends_left <= 0:
             return False
         self.resends_left -= 1
+        return True
+
+    def take_resume(self) -> bool:
+        """Spend one resume if any is left."""
+        if self.resumes_left <= 0:
+            return False
+        self.resumes_left -= 1
+        self.resumed += 1
         return True
 
     def exhausted_by_stalls(self) -> bool:
@@ -84,7 +97,7 @@ def under_runner() -> bool:
     return _runner_call.get() is not None
 
 
-def call_for_request(headers: Mapping[str, str], resends: int) -> Call:
+def call_for_request(headers: Mapping[str, str], resends: int, resumes: int = 0) -> Call:
     """The call a streaming request belongs to (see the module docstring)."""
     call = _runner_call.get()
     if call is not None:
@@ -92,7 +105,7 @@ def call_for_request(headers: Mapping[str, str], resends: int) -> Call:
     previous = _sdk_call.get()
     if previous is not None and headers.get(RETRY_HEADER, "0") not in ("", "0"):
         return previous
-    call = Call(resends)
+    call = Call(resends, resumes)
     # Set in the caller's own context (handle_request is a plain call), so the
     # SDK's next retry, made in the same context, finds it.
     _sdk_call.set(call)

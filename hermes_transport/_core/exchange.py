@@ -1,49 +1,42 @@
-"""One request's attempts: budgets, re-sends, and the error a killed attempt raises.
+"""One request's attempts: budgets, re-sends, resumes, and which error the caller sees.
 
 ``Exchange`` is what the sync and async shells share for one
 ``handle_request``: it decides the first-event budget, whether a stalled
-attempt is sent again, and which error the caller sees. ``Attempt`` is what
-one attempt needs to say what happened to it; ``mapped_error`` is the one
-place where a killed connection's error becomes ours. Nothing here does I/O,
-sleeps or awaits: the shells in ``_transports`` do, and the guard's kill
-switches in ``_io`` reach the sockets.
+attempt is sent again, whether its stream can be resumed (``resumable``) and
+which error the caller sees; one attempt's own state and error mapping are in
+``attempt``. Nothing here does I/O, sleeps or awaits: the shells in
+``_transports`` do, and the guard's kill switches in ``_io`` reach the sockets.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import httpx
 
-from .calls import Call, call_for_request, under_runner
-from .clock import monotonic
-from .errors import (
-    StreamInterrupted,
-    StreamStalled,
-    for_caller,
-    interrupted_before_response,
+from .attempt import (
+    NOT_RESUMABLE,
+    Arm,
+    Attempt,
+    ErrorResend,
+    GuardFired,
+    ResumeFailed,
+    mapped_error,
+    shown_cause,
 )
+from .calls import Call, call_for_request, under_runner
+from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_before_response
 from .flavor import Flavor
 from .guard import Guard
 from .interrupt import Interrupt
 from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream, wants_stream
-from .stages import words_for
+from .resume import Resumable, resumable_for
 from .wires import ErrorEvent, wire_of
 
-__all__ = [
-    "BACKOFF_FIRST",
-    "BACKOFF_LIMIT",
-    "Arm",
-    "Attempt",
-    "ErrorResend",
-    "Exchange",
-    "GuardFired",
-    "mapped_error",
-    "shown_cause",
-]
+__all__ = ["BACKOFF_FIRST", "BACKOFF_LIMIT", "Exchange"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -54,114 +47,6 @@ logger = logging.getLogger("hermes_transport")
 #: "overloaded" at once do not all come back at once.
 BACKOFF_FIRST = 0.2
 BACKOFF_LIMIT = 1.0
-
-#: How a shell hands a guard to its watchdog (thread or loop) to be watched.
-Arm = Callable[[Guard], None]
-
-
-class GuardFired(Exception):
-    """The guard fired while no I/O error said so (no socket to shut down).
-
-    Never shown: the error raised for it has no cause, and is raised outside
-    the handler that caught it, so that it is not its context either.
-    """
-
-
-class ErrorResend(Exception):
-    """The attempt's stream opened with a transient error event and will be sent again.
-
-    Never shown: raised from the first-event wait to end the attempt, and
-    taken by ``Exchange.failed``.
-    """
-
-    def __init__(self, event: ErrorEvent) -> None:
-        super().__init__(str(event))
-        self.event = event
-
-
-def shown_cause(exc: BaseException) -> BaseException | None:
-    """The cause to chain the error mapped from ``exc`` to: ``exc``, unless it is a
-    ``GuardFired``, which says nothing a caller could use (then ``None``)."""
-    return None if isinstance(exc, GuardFired) else exc
-
-
-class Attempt:
-    """What one attempt needs to say what happened to it."""
-
-    __slots__ = ("budget", "dead", "flavor", "number", "request", "started", "url")
-
-    def __init__(
-        self, request: httpx.Request, flavor: Flavor, number: int, budget: float | None
-    ) -> None:
-        self.request = request
-        self.flavor = flavor
-        # What a dead connection raises: the flavor's transport errors, a
-        # socket's, and ours when a guard fired with no socket to shut down.
-        self.dead: tuple[type[Exception], ...] = (flavor.http.TransportError, OSError, GuardFired)
-        self.number = number  # of the logical call, SDK retries and runner re-sends included
-        self.budget = budget
-        self.started = monotonic()
-        # Never log a query string: some providers put API keys there.
-        url = request.url
-        self.url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
-
-
-def mapped_error(
-    guard: Guard,
-    attempt: Attempt,
-    stale: float | None,
-    events: int,
-    exc: BaseException,
-    *,
-    in_body: bool,
-) -> Exception | None:
-    """The error to raise for ``exc`` if the guard killed the attempt, else ``None``.
-
-    The one place where a killed connection's httpx error becomes ours.
-    ``in_body``: raised while the caller reads the body, not in ``handle_request``.
-    """
-    if guard.fired is None or not isinstance(exc, attempt.dead):
-        return None
-    elapsed = monotonic() - attempt.started
-    stage = guard.fired_stage or guard.stage
-    if guard.fired == "closed":
-        # What httpx raises when a closed response is read: the truth, here too.
-        closed: Exception = attempt.flavor.http.StreamClosed()
-        return closed
-    if guard.fired == "interrupted":
-        reason = guard.reason or "interrupted"
-        logger.info(
-            "%s %s interrupted while %s, %.3f s into the attempt: %s",
-            attempt.request.method,
-            attempt.url,
-            words_for(stage),
-            elapsed,
-            reason,
-        )
-        if in_body:
-            return StreamInterrupted(reason, stage=stage)
-        return interrupted_before_response(reason, stage=stage)
-    if stage == "mid_stream":
-        assert stale is not None
-        return attempt.flavor.stalled(
-            f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
-            f" {elapsed:.2f} s into attempt {attempt.number}",
-            request=attempt.request,
-            stage="mid_stream",
-            budget=stale,
-            elapsed=elapsed,
-            attempts=attempt.number,
-        )
-    assert attempt.budget is not None
-    return attempt.flavor.stalled(
-        f"stream stalled: no first event within {attempt.budget:g} s"
-        f" ({words_for(stage)}) on attempt {attempt.number}",
-        request=attempt.request,
-        stage="first_event",
-        budget=attempt.budget,
-        elapsed=elapsed,
-        attempts=attempt.number,
-    )
 
 
 class Exchange:
@@ -177,12 +62,16 @@ class Exchange:
         "_error_resends",
         "_flavor",
         "_handoff",
+        "_hint",
         "_policy",
         "_replayable",
         "_request",
         "_tokens",
         "_wire",
+        "attempt",
         "backoff",
+        "guard",
+        "resumable",
     )
 
     def __init__(
@@ -202,18 +91,27 @@ class Exchange:
         stream = request.stream
         self._replayable = isinstance(stream, flavor.http.ByteStream)
         self._wire = wire_of(request.url.path)
+        body: bytes | None = b"".join(stream) if self._replayable else None  # type: ignore[arg-type]
         streaming = wants_stream(
-            request.headers.get("accept", ""),
-            request.headers.get("content-type", ""),
-            b"".join(stream) if self._replayable else None,  # type: ignore[arg-type]
+            request.headers.get("accept", ""), request.headers.get("content-type", ""), body
         ) or (
             # The Responses resume, GET /responses/{id}?stream=true, says so
             # only in its query: it has no body and no Accept header.
             self._wire == "responses" and request.url.params.get("stream") == "true"
         )
         self._budget = policy.first_event_budget if streaming else None
+        #: How to resume the stream, if it can be (a background Responses one).
+        self.resumable: Resumable | None = (
+            resumable_for(request, self._wire, body, flavor.http) if streaming else None
+        )
+        self._hint = (
+            NOT_RESUMABLE if streaming and self._wire == "responses" and not self.resumable else ""
+        )
+        # A resumable stream draws on its call's resumes even with no first-event budget.
         self._call: Call | None = (
-            call_for_request(request.headers, policy.retries) if self._budget is not None else None
+            call_for_request(request.headers, policy.retries, policy.resumes)
+            if self._budget is not None or self.resumable is not None
+            else None
         )
         self._handoff = under_runner()
         if self._call is not None and self._call.exhausted_by_stalls():
@@ -225,6 +123,9 @@ class Exchange:
         #: Seconds the shell waits before the next attempt (after a transient
         #: error event; a stall is re-sent at once).
         self.backoff = 0.0
+        #: The latest attempt's guard and attempt (a resume replaces them).
+        self.guard: Guard | None = None
+        self.attempt: Attempt | None = None
 
     @property
     def tokens(self) -> tuple[Interrupt, ...]:
@@ -246,8 +147,9 @@ class Exchange:
         """
         call, request = self._call, self._request
         number = call.start_attempt() if call is not None else 1
-        attempt = Attempt(request, self._flavor, number, self._budget)
+        attempt = Attempt(request, self._flavor, number, self._budget, self._hint)
         guard = Guard()
+        self.guard, self.attempt = guard, attempt
         if not guard.bind(self._tokens):
             reason = guard.reason or "interrupted"
             logger.info(
@@ -263,6 +165,36 @@ class Exchange:
                 guard.budget_from_connection(self._budget, arm)
             else:
                 guard.deadline = attempt.started + self._budget
+        return guard, attempt
+
+    @property
+    def call(self) -> Call | None:
+        """The logical call this request belongs to (``None``: not a watched stream)."""
+        return self._call
+
+    @property
+    def policy(self) -> StreamPolicy:
+        return self._policy
+
+    def begin_resume(
+        self, request: httpx.Request, budget: float | None, arm: Arm, sockets_reachable: bool
+    ) -> tuple[Guard, Attempt]:
+        """The guard and attempt of a resume ``request``, watched by ``budget`` from its
+        connection on (``None``: no bound). If a token has fired, the guard has too: the
+        shell then sends nothing, and the body raises the interrupt."""
+        call = self._call
+        number = call.start_attempt() if call is not None else 1
+        attempt = Attempt(request, self._flavor, number, budget)
+        guard = Guard("before_sending")
+        self.guard, self.attempt = guard, attempt
+        if not guard.bind(self._tokens):
+            return guard, attempt
+        if budget is not None:
+            if sockets_reachable:
+                guard.stage = "pool"
+                guard.budget_from_connection(budget, arm)
+            else:
+                guard.deadline = attempt.started + budget
         return guard, attempt
 
     def succeeded(self) -> None:
@@ -298,15 +230,21 @@ class Exchange:
         )
         return True
 
-    def failed(self, guard: Guard, attempt: Attempt, exc: BaseException) -> BaseException | None:
-        """After the attempt raised ``exc`` (its guard closed): ``None`` to send it again,
-        else the exception to raise (``exc`` itself when the guard did not kill it), from
-        ``shown_cause(exc)``."""
-        request = self._request
+    def failed(self, exc: BaseException) -> BaseException | None:
+        """After the latest attempt raised ``exc`` (its guard closed): ``None`` to send the
+        request again, else the exception to raise (``exc`` itself when the guard did not
+        kill it), from ``shown_cause(exc)``."""
+        guard, attempt = self.guard, self.attempt
+        assert guard is not None
+        assert attempt is not None
         if isinstance(exc, ErrorResend) and guard.fired is None:
             return None  # resend_error() drew the re-send and set the back-off
         self.backoff = 0.0
-        error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
+        error: Exception | None
+        if isinstance(exc, ResumeFailed):
+            error = exc.error
+        else:
+            error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
         if error is None:
             return exc
         if isinstance(error, StreamInterrupted):
@@ -321,13 +259,13 @@ class Exchange:
         if self._replayable and call.take_resend():
             logger.warning(
                 "%s %s: %s; re-sending; that connection is closed (%d re-send(s) left)",
-                request.method,
+                attempt.request.method,  # the attempt that stalled: a resume, may be
                 attempt.url,
                 error,
                 call.resends_left,
             )
             return None
-        logger.warning("%s %s: %s; no re-send left", request.method, attempt.url, error)
+        logger.warning("%s %s: %s; no re-send left", attempt.request.method, attempt.url, error)
         error.__cause__ = shown_cause(exc)  # kept when the runner unwraps a handoff
         return for_caller(error, handoff=self._handoff)
 
@@ -339,10 +277,12 @@ class Exchange:
         if guard.fired is not None:
             raise GuardFired
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
+            encoding = response.headers.get("content-encoding", "")
             return ProgressMeter(
-                response.headers.get("content-encoding", ""),
+                encoding,
                 self._policy.heartbeats_for(self._wire),
                 self._wire,
+                track=self.resumable is not None,
             )
         # Not watched for progress, but interruptible, and the guard keeps the
         # socket from being closed under the body by another thread.

@@ -19,6 +19,7 @@ ENV_STALE_TIMEOUT = "HERMES_STREAM_STALE_TIMEOUT"
 ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
+ENV_RESUMES = "HERMES_STREAM_RESUMES"
 #: The longest finite budget, in seconds: a year. Longer ones are refused
 #: (``None`` turns a bound off) rather than handed to timers that cannot hold
 #: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
@@ -68,7 +69,21 @@ class StreamPolicy:
     ``retries``: how many times a stream that stalled *before* its first event
     is re-sent (its connection is closed, never reused). A stream that stalled
     after its first event is never re-sent by the transport: the caller may
-    have shown its content already.
+    have shown its content already (but see ``resumes``).
+
+    ``resumes``: how many times, per call, a resumable stream is resumed
+    instead of failed: a Responses stream created with ``"background": true``
+    (or the resume ``GET /responses/{id}?stream=true`` itself) that stalls or
+    whose connection dies, before or after its first event, is continued from
+    the last event the caller got (``GET /responses/{id}?stream=true&starting_after=N``),
+    in the same response body. Each resumed stream is watched by the same
+    budgets. ``0`` turns resuming off.
+
+    ``cancel_on_interrupt``: whether an interrupt of a resumable stream whose
+    response id is known also cancels that response on the server
+    (``POST /responses/{id}/cancel``, sent as the interrupted response is
+    closed, given at most ``CANCEL_TIMEOUT`` seconds), so that an abandoned
+    background turn stops running.
 
     ``heartbeat_events``: per wire (``chat_completions``, ``responses``,
     ``messages``, ``generic``: what the request's path speaks), the SSE event
@@ -98,6 +113,8 @@ class StreamPolicy:
     stale_timeout: float | None = 180.0
     first_event_timeout: float | Literal[_SameAsStale.SAME_AS_STALE] | None = SAME_AS_STALE
     retries: int = 2
+    resumes: int = 3
+    cancel_on_interrupt: bool = True
     heartbeat_events: Collection[str] | Mapping[Wire, Collection[str]] = field(
         default=DEFAULT_HEARTBEAT_EVENTS
     )
@@ -122,10 +139,14 @@ class StreamPolicy:
                     also=", or StreamPolicy.SAME_AS_STALE",
                 ),
             )
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int):
-            raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
-        if self.retries < 0:
-            raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
+        for name in ("retries", "resumes"):
+            count = getattr(self, name)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {count!r}")
+        if not isinstance(self.cancel_on_interrupt, bool):
+            raise ValueError(
+                f"cancel_on_interrupt must be True or False, got {self.cancel_on_interrupt!r}"
+            )
         object.__setattr__(self, "heartbeat_events", per_wire(self.heartbeat_events))
 
     def heartbeats_for(self, wire: Wire) -> frozenset[str]:
@@ -150,9 +171,10 @@ class StreamPolicy:
 
         Reads ``HERMES_STREAM_STALE_TIMEOUT`` and
         ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off`` for no
-        bound: ``None``, for either alike) and ``HERMES_STREAM_RETRIES`` (an
-        int >= 0) and ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names
-        separated by commas, or ``off`` for none, for every wire; or per wire,
+        bound: ``None``, for either alike), ``HERMES_STREAM_RETRIES`` and
+        ``HERMES_STREAM_RESUMES`` (ints >= 0) and
+        ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names separated by
+        commas, or ``off`` for none, for every wire; or per wire,
         ``responses=keepalive;messages=ping,off``-style groups separated by
         ``;``, the wires not named keeping their defaults). Unset or empty variables
         keep the defaults (so an unset first-event variable follows the stale
@@ -176,14 +198,13 @@ class StreamPolicy:
             seconds = _env_seconds(env, variable)
             if seconds is not _UNSET:
                 values[name] = seconds
-        raw = env.get(ENV_RETRIES, "").strip()
-        if raw:
-            try:
-                values["retries"] = int(raw)
-            except ValueError:
-                raise ValueError(f"{ENV_RETRIES} must be an integer >= 0, got {raw!r}") from None
-            if values["retries"] < 0:
-                raise ValueError(f"{ENV_RETRIES} must be an integer >= 0, got {raw!r}")
+        for name, variable in (("retries", ENV_RETRIES), ("resumes", ENV_RESUMES)):
+            raw = env.get(variable, "").strip()
+            if raw:
+                count = int(raw) if raw.isascii() and raw.isdigit() else -1  # no sign, no "1_0"
+                if count < 0:
+                    raise ValueError(f"{variable} must be an integer >= 0, got {raw!r}")
+                values[name] = count
         raw = env.get(ENV_HEARTBEAT_EVENTS, "").strip()
         if raw:
             try:

@@ -62,15 +62,19 @@ class ProgressMeter:
     failure itself to the consumer.
     """
 
-    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind")
+    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind", "tracks")
 
     def __init__(
         self,
         content_encoding: str = "",
         heartbeat_events: Collection[str] = (),
         wire: Wire = "generic",
+        *,
+        track: bool = False,
     ) -> None:
-        self._scanner = SSEScanner(heartbeat_events, wire)
+        self._scanner = SSEScanner(heartbeat_events, wire, track=track)
+        #: Whether the response id, event numbers and end are tracked (see the scanner).
+        self.tracks = track and wire == "responses"
         self._decoders: list[Decoder] = []
         # True when progress cannot be judged: every chunk then counts.
         self.blind = False
@@ -99,6 +103,26 @@ class ProgressMeter:
     def error(self) -> ErrorEvent | None:
         """The first error event that completed before any progress (never while blind)."""
         return self._scanner.error
+
+    @property
+    def identity(self) -> bool:
+        """Whether the body is scanned as it comes (no content coding undone, not blind)."""
+        return not self._decoders and not self.blind
+
+    @property
+    def response_id(self) -> str | None:
+        """With ``track``: the id of the response the stream's lifecycle events named."""
+        return self._scanner.response_id
+
+    @property
+    def sequence(self) -> int:
+        """With ``track``: the ``sequence_number`` of the last completed event (-1: none)."""
+        return self._scanner.sequence
+
+    @property
+    def finished(self) -> bool:
+        """With ``track``: an end or error event has completed (the response is over)."""
+        return self._scanner.finished
 
     @property
     def events(self) -> int:

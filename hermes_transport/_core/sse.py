@@ -22,7 +22,10 @@ Completions before its first output, Responses and Anthropic Messages
 throughout), each completed event is sorted by ``wires.classify`` instead:
 only output and end events are progress; an error event before any output is
 kept as ``error``. That costs a Python step per event; a plain Chat
-Completions or generic stream keeps the per-chunk fast path below.
+Completions or generic stream keeps the per-chunk fast path below. A
+resumable Responses stream is also tracked (``track``): the response id, the
+``sequence_number`` of the last completed event, and whether an end or error
+event has completed.
 
 Memory is bounded whatever the server sends: for the line in progress only its
 first ``_PREFIX`` bytes are kept, which is all a generic decision needs (the
@@ -56,6 +59,11 @@ _PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
 # Used instead when such events are of a heartbeat type (``message``), or must
 # each be classified: matches nothing.
 _NO_RUN = re.compile(rb"(?!)")
+# A Responses event's number, and the id of the response a lifecycle event
+# carries: read from the event's data (the first ``CAPTURE_LIMIT`` bytes),
+# where the API puts both near the start.
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
+_RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{[^{}]*?"id"\s*:\s*"([^"\\]{1,256})"')
 
 
 class SSEScanner:
@@ -72,7 +80,11 @@ class SSEScanner:
     as Anthropic's ``ping``; naming ``message`` makes every event without an
     ``event`` field a keepalive too. ``wire`` says what the events mean
     (``wires.classify``); ``error`` is the first error event that completed
-    before any progress, if any.
+    before any progress, if any. With ``track`` (the Responses wire),
+    ``response_id`` is the id the first lifecycle event named, ``sequence`` the
+    ``sequence_number`` of the last completed event that had one (heartbeats
+    included; -1 before any), and ``finished`` turns true once an end or error
+    event has completed: the server ended the response.
     """
 
     __slots__ = (
@@ -88,13 +100,23 @@ class SSEScanner:
         "_heartbeats",
         "_line",
         "_plain_run",
+        "_track",
         "_wire",
         "done",
         "error",
         "events",
+        "finished",
+        "response_id",
+        "sequence",
     )
 
-    def __init__(self, heartbeat_events: Collection[str] = (), wire: Wire = "generic") -> None:
+    def __init__(
+        self,
+        heartbeat_events: Collection[str] = (),
+        wire: Wire = "generic",
+        *,
+        track: bool = False,
+    ) -> None:
         for name in heartbeat_events:
             if not name or len(name.encode()) > MAX_EVENT_TYPE:
                 raise ValueError(
@@ -113,6 +135,10 @@ class SSEScanner:
         self.events = 0
         self.done = False
         self.error: ErrorEvent | None = None
+        self._track = track and wire == "responses"
+        self.response_id: str | None = None
+        self.sequence = -1
+        self.finished = False
         # Bytes of the current, unterminated line: at most _cap, since the
         # rest never changes a decision.
         self._line = b""
@@ -238,6 +264,8 @@ class SSEScanner:
         kind = classify(
             self._wire, event_type or _MESSAGE, data, self._heartbeats, done=self._event_done
         )
+        if self._track:
+            self._tracked(data, kind)
         if isinstance(kind, ErrorEvent):
             if self.events == 0:
                 if self.error is None:
@@ -253,3 +281,15 @@ class SSEScanner:
             self._capture = False
             self._cap = _PREFIX
             self._plain_run = _PLAIN_RUN if _MESSAGE not in self._heartbeats else _NO_RUN
+
+    def _tracked(self, data: bytes, kind: object) -> None:
+        """Note a completed Responses event's number, its response's id, and an end."""
+        number = _SEQUENCE.search(data)
+        if number is not None:
+            self.sequence = int(number.group(1))
+        if self.response_id is None and kind == "preamble":  # lifecycle events name it
+            found = _RESPONSE_ID.search(data)
+            if found is not None:
+                self.response_id = found.group(1).decode("utf-8", "replace")
+        if kind == "end" or isinstance(kind, ErrorEvent):
+            self.finished = True

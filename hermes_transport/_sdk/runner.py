@@ -90,7 +90,7 @@ class _Run(Generic[R]):
 
     def __init__(self, job: _Job[R]) -> None:
         self.job = job
-        self.call = Call(job.policy.retries)
+        self.call = Call(job.policy.retries, job.policy.resumes)
         self._begin()
 
     def _begin(self) -> None:

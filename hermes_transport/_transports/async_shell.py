@@ -15,173 +15,27 @@ The public classes (``_flavors``) only name their HTTP library.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from .._core.body import BodyWatch, rebuilt
-from .._core.exchange import Attempt, Exchange, GuardFired, shown_cause
+from .._core.attempt import Attempt, GuardFired, shown_cause
+from .._core.body import rebuilt
+from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
-from .._core.progress import ProgressMeter
-from .._core.wires import ErrorEvent
 from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
+from .async_body import AsyncWatchedStream
+from .async_send import cancellable, sent
 from .shell import Shell
 
-__all__ = ["AsyncShell", "AsyncWatchedStream"]
-
-#: Bytes read (and dropped) after a kill to bring an inner async body to its
-#: end rather than abandon its generators mid-body (at most a socket buffer).
-READ_AFTER_KILL_LIMIT = 1024 * 1024
-
-
-class _CancelAttempt:
-    """A guard's fallback kill: cancel the attempt's scope, on the loop's thread."""
-
-    __slots__ = ("_scope", "_watcher", "active")
-
-    def __init__(self, scope: anyio.CancelScope, watcher: LoopWatchdog) -> None:
-        self._scope = scope
-        self._watcher = watcher
-        self.active = True  # loop-thread state: False once the scope has exited
-
-    def kill(self) -> bool:
-        self._watcher.call_soon_threadsafe(self._cancel)
-        return True
-
-    def _cancel(self) -> None:
-        if self.active:
-            self._scope.cancel()
-
-
-class AsyncWatchedStream(BodyWatch):
-    """The response body, passed up byte for byte while its progress is watched.
-
-    Made a subclass of the flavor's ``AsyncByteStream`` where it is built.
-    """
-
-    def __init__(
-        self,
-        inner: Any,
-        guard: Guard,
-        attempt: Attempt,
-        meter: ProgressMeter | None,
-        stale: float | None,
-        watcher: LoopWatchdog,
-        *,
-        drains: bool,
-        resend_error: Callable[[ErrorEvent, Attempt], bool],
-    ) -> None:
-        super().__init__(guard, attempt, meter, stale, watcher.arm, resend_error)
-        self._inner = inner
-        self._chunks = inner.__aiter__()
-        self._watcher = watcher
-        # Whether a kill shuts this body's socket down. Then bytes that arrive
-        # after it are read to the end of the body (at most the socket buffer)
-        # instead of abandoning the inner async generators mid-body: httpcore
-        # never closes those, and trio warns when they are collected.
-        self._drains = drains
-        self._read_after_kill = 0
-        # The caller's iteration, once started: aclose() must know whether a
-        # task is inside it right now.
-        self._iteration: AsyncGenerator[bytes, None] | None = None
-        self._closed = False
-
-    def _draining(self, chunk: bytes) -> bool:
-        """After a kill (``guard.fired`` is set): whether to drop ``chunk`` and read on."""
-        if not self._drains:
-            return False
-        self._read_after_kill += len(chunk)
-        return self._read_after_kill <= READ_AFTER_KILL_LIMIT
-
-    async def await_first_event(self) -> None:
-        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes."""
-        try:
-            async for chunk in self._chunks:
-                if self._guard.fired is not None and self._draining(chunk):
-                    continue
-                if self._hold(chunk):
-                    return
-        except Exception as exc:
-            if self._broke_early(exc):
-                return
-            raise
-        self._ended()
-        self._progressed()
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._iteration = iteration = self._iterate()
-        return iteration
-
-    async def _iterate(self) -> AsyncGenerator[bytes, None]:
-        for chunk in self._take_held():
-            yield chunk
-        if self._broken is not None:
-            await self._aclose()
-            self._raise_if_broken()
-        try:
-            async for chunk in self._chunks:
-                # Hot path: one attribute read unless the attempt was killed.
-                if self._guard.fired is not None and self._draining(chunk):
-                    continue
-                self._saw(chunk)
-                yield chunk
-            if self._closed:
-                # Closed by another task while the caller held a chunk: the
-                # body did not end, so it must not look complete.
-                raise self._attempt.flavor.http.StreamClosed()
-            self._ended()
-        except self._attempt.dead as exc:
-            # The body is dead: release everything now, since a caller's
-            # aiter_raw() (for one) does not close a response that raised.
-            await self._aclose()
-            if self._cut_after_done():
-                return
-            error = self._failure(exc)
-            if error is None:
-                raise
-            cause = shown_cause(exc)
-        else:
-            return
-        # Raised out of the handler, so the dead attempt's exception is never the
-        # error's context: its cause is only what shown_cause() keeps.
-        raise error from cause
-
-    async def aclose(self) -> None:
-        if getattr(self._iteration, "ag_running", False):
-            # Another task is reading this body right now, and its generators
-            # cannot be closed from here: stop the read instead; the reader
-            # closes everything as it unwinds.
-            self._guard.close_from_afar()
-            return
-        await self._aclose()
-
-    async def _aclose(self) -> None:
-        self._closed = True
-        if self._start_drain():
-            await self._drain()
-        # Disarm before the connection can go back to the pool (see the invariants
-        # in ``_core.guard``).
-        self._release_guard()
-        self._watcher.release(self._guard)
-        try:
-            await self._chunks.aclose()
-        finally:
-            await self._inner.aclose()
-
-    async def _drain(self) -> None:
-        # Bounded by the guard's deadline; an error means the connection is not reusable.
-        with contextlib.suppress(*self._attempt.dead):
-            async for chunk in self._chunks:
-                if not self._drained(chunk):
-                    return
+__all__ = ["AsyncShell"]
 
 
 async def _pause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatchdog) -> None:
@@ -246,7 +100,11 @@ class AsyncShell(Shell[_AsyncInner]):
             except BaseException as exc:
                 guard.close()
                 watcher.release(guard)
-                error = exchange.failed(guard, attempt, exc)
+                latest = exchange.guard
+                if latest is not None and latest is not guard:  # a resume before the first output
+                    latest.close()
+                    watcher.release(latest)
+                error = exchange.failed(exc)
                 if error is None:
                     if exchange.backoff:
                         await _pause(exchange.backoff, exchange.tokens, watcher)
@@ -275,35 +133,36 @@ class AsyncShell(Shell[_AsyncInner]):
         try:
             # One scope per attempt, around everything up to the first event:
             # where no socket is attached, a kill cancels it.
-            with anyio.CancelScope() as scope:
-                fallback = _CancelAttempt(scope, watcher)
-                guard.set_fallback(fallback)
-                watcher.arm(guard)
+            with cancellable(guard, watcher) as scope:
+                response = await self._inner.handle_async_request(request)
                 try:
-                    response = await self._inner.handle_async_request(request)
-                    try:
-                        meter = exchange.meter_for(response, guard)
-                        if not self._sockets_reachable:
-                            reach_untracked(response, guard)
-                        body = concrete(AsyncWatchedStream, self._flavor.http.AsyncByteStream)
-                        stream = body(
-                            response.stream,
+                    meter = exchange.meter_for(response, guard)
+                    if not self._sockets_reachable:
+                        reach_untracked(response, guard)
+                    body = concrete(AsyncWatchedStream, self._flavor.http.AsyncByteStream)
+                    stream = body(
+                        response.stream,
+                        guard,
+                        attempt,
+                        meter,
+                        self._policy.stale_budget,
+                        exchange,
+                        lambda request, guard: sent(
+                            self._inner.handle_async_request,
+                            request,
                             guard,
-                            attempt,
-                            meter,
-                            self._policy.stale_budget,
                             watcher,
-                            drains=isinstance(response.extensions.get("network_stream"), Tracked),
-                            resend_error=exchange.resend_error,
-                        )
-                    except BaseException:
-                        await response.aclose()
-                        raise
-                    if exchange.gated and meter is not None:
-                        await stream.await_first_event()
-                finally:
-                    fallback.active = False
-                    guard.set_fallback(None)
+                            untracked=not self._sockets_reachable,
+                        ),
+                        self._sockets_reachable,
+                        watcher,
+                        drains=isinstance(response.extensions.get("network_stream"), Tracked),
+                    )
+                except BaseException:
+                    await response.aclose()
+                    raise
+                if exchange.gated and meter is not None:
+                    await stream.await_first_event()
             if scope.cancelled_caught:
                 raise GuardFired
         except BaseException:

@@ -9,124 +9,24 @@ watchdog. The public classes (``_flavors``) only name their HTTP library.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from .._core.body import BodyWatch, rebuilt
-from .._core.exchange import Attempt, Exchange, shown_cause
+from .._core.attempt import Attempt, GuardFired, shown_cause
+from .._core.body import rebuilt
+from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
-from .._core.progress import ProgressMeter
-from .._core.wires import ErrorEvent
 from .._io.backend import TrackingBackend, reach_untracked
 from .._io.watchdog import watchdog
 from .shell import Shell
+from .sync_body import WatchedStream
 
-__all__ = ["SyncShell", "WatchedStream"]
-
-
-class WatchedStream(BodyWatch):
-    """The response body, passed up byte for byte while its progress is watched.
-
-    Made a subclass of the flavor's ``SyncByteStream`` where it is built.
-    """
-
-    def __init__(
-        self,
-        inner: Any,
-        guard: Guard,
-        attempt: Attempt,
-        meter: ProgressMeter | None,
-        stale: float | None,
-        resend_error: Callable[[ErrorEvent, Attempt], bool],
-    ) -> None:
-        super().__init__(guard, attempt, meter, stale, watchdog.arm, resend_error)
-        self._inner = inner
-        self._chunks = iter(inner)
-        # The caller's iteration, once started: close() must know whether a
-        # thread is inside it right now.
-        self._iteration: Generator[bytes, None, None] | None = None
-        self._closed = False
-
-    def await_first_event(self) -> None:
-        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes."""
-        try:
-            for chunk in self._chunks:
-                if self._hold(chunk):
-                    return
-        except Exception as exc:
-            if self._broke_early(exc):
-                return
-            raise
-        self._ended()
-        self._progressed()
-
-    def __iter__(self) -> Iterator[bytes]:
-        self._iteration = iteration = self._iterate()
-        return iteration
-
-    def _iterate(self) -> Generator[bytes, None, None]:
-        yield from self._take_held()
-        if self._broken is not None:
-            self._close()
-            self._raise_if_broken()
-        try:
-            for chunk in self._chunks:
-                self._saw(chunk)
-                yield chunk
-            if self._closed:
-                # Closed by another thread while the caller held a chunk: the
-                # body did not end, so it must not look complete.
-                raise self._attempt.flavor.http.StreamClosed()
-            self._ended()
-        except self._attempt.dead as exc:
-            # The body is dead: release everything now, on this thread, since a
-            # caller's iter_raw() (for one) does not close a response that raised.
-            self._close()
-            if self._cut_after_done():
-                return
-            error = self._failure(exc)
-            if error is None:
-                raise
-            cause = shown_cause(exc)
-        else:
-            return
-        # Raised out of the handler, so the dead attempt's exception is never the
-        # error's context: its cause is only what shown_cause() keeps.
-        raise error from cause
-
-    def close(self) -> None:
-        if getattr(self._iteration, "gi_running", False):
-            # Another thread is reading this body right now, and its generators
-            # cannot be closed from here: stop the read instead (as plain httpx's
-            # close() does not); the reader closes everything as it unwinds.
-            self._guard.close_from_afar()
-            return
-        self._close()
-
-    def _close(self) -> None:
-        self._closed = True
-        if self._start_drain():
-            self._drain()
-        # Disarm before the connection can go back to the pool (see the invariants
-        # in ``_core.guard``).
-        self._release_guard()
-        try:
-            self._chunks.close()
-        finally:
-            self._inner.close()
-
-    def _drain(self) -> None:
-        # Bounded by the guard's deadline; an error means the connection is not reusable.
-        with contextlib.suppress(*self._attempt.dead):
-            for chunk in self._chunks:
-                if not self._drained(chunk):
-                    return
+__all__ = ["SyncShell"]
 
 
 def _pause(seconds: float, tokens: Sequence[Interrupt]) -> None:
@@ -186,7 +86,9 @@ class SyncShell(Shell[_SyncInner]):
                 response = self._send(request, guard, attempt, exchange)
             except BaseException as exc:
                 guard.close()
-                error = exchange.failed(guard, attempt, exc)
+                if exchange.guard is not guard:  # a resume before the first output took over
+                    exchange.guard.close()  # type: ignore[union-attr]
+                error = exchange.failed(exc)
                 if error is None:
                     if exchange.backoff:
                         _pause(exchange.backoff, exchange.tokens)
@@ -201,17 +103,25 @@ class SyncShell(Shell[_SyncInner]):
             # error's context: its cause is only what shown_cause() keeps.
             raise error from cause
 
-    def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
+    def _sent(self, request: Any, guard: Guard) -> Any:
+        """``request`` sent through the inner transport under ``guard``, which can reach
+        its connection; the response, with its headers."""
+        if guard.fired is not None:
+            raise GuardFired
         guard.stage = "headers"
         context = current_guard.set(guard)
         try:
             response = self._inner.handle_request(request)
         finally:
             current_guard.reset(context)
+        if not self._sockets_reachable:
+            reach_untracked(response, guard)
+        return response
+
+    def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
+        response = self._sent(request, guard)
         try:
             meter = exchange.meter_for(response, guard)
-            if not self._sockets_reachable:
-                reach_untracked(response, guard)
             body = concrete(WatchedStream, self._flavor.http.SyncByteStream)
             stream = body(
                 response.stream,
@@ -219,7 +129,9 @@ class SyncShell(Shell[_SyncInner]):
                 attempt,
                 meter,
                 self._policy.stale_budget,
-                exchange.resend_error,
+                exchange,
+                self._sent,
+                self._sockets_reachable,
             )
         except BaseException:
             response.close()

@@ -1,7 +1,14 @@
-"""``python -m hermes_transport demo``: every fault scenario, with and without the watchdog."""
+"""``python -m hermes_transport demo``: every fault scenario, with and without the watchdog.
+
+Then one resumable stream: a Responses stream created with ``background=True`` whose
+connection stalls after its first output, "hello". The plain client times out with half
+the text; the watchdog resumes the response (``GET /v1/responses/{id}?stream=true&
+starting_after=N``, printed as the server saw it) and the caller reads the whole text.
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
@@ -11,7 +18,7 @@ import openai
 from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.policy import StreamPolicy
 from .._sdk.clients import clients_for
-from ..testing import FaultServer, Scenario
+from ..testing import RESPONSES_PATH, FaultServer, Scenario
 
 __all__ = ["run_demo"]
 
@@ -41,6 +48,13 @@ CASES = (
     Case("gzip, keepalives after 1 event", Scenario.comments_after(1, gzip=True), MID_STREAM),
 )
 
+RESUME_TITLE = "background, stalls after hello"
+# The first attempt stalls after event 5 ("hello"; 0-4 are the preamble), the resume is healthy.
+RESUMABLE = Scenario.stall_first(
+    1, stall=replace(Scenario.silent_after(6), hold=HOLD), then=Scenario.healthy()
+)
+RESUMED_AFTER = 5  # the sequence number of "hello": the resume's starting_after
+
 
 def _outcome(exc: BaseException, http: Any) -> str:
     """Name what the caller got, looking through the SDK's wrappers to the first cause."""
@@ -57,6 +71,17 @@ def _outcome(exc: BaseException, http: Any) -> str:
     return name
 
 
+def _failure(exc: Exception, http: Any) -> tuple[str, str]:
+    """(outcome, what to print) of a call that raised ``exc``."""
+    outcome = _outcome(exc, http)
+    told = outcome
+    if isinstance(exc.__cause__, StreamStalled) and exc.__cause__.attempts > 1:
+        told += f", {exc.__cause__.attempts} attempts"
+    if outcome != type(exc).__name__ and not isinstance(exc, StreamStalled):
+        told += f" (SDK: {type(exc).__name__})"
+    return outcome, told
+
+
 def _run(client: openai.OpenAI, http: Any) -> tuple[str, str]:
     """Stream one completion; return (outcome, what to print)."""
     text = []
@@ -68,14 +93,56 @@ def _run(client: openai.OpenAI, http: Any) -> tuple[str, str]:
             if chunk.choices and chunk.choices[0].delta.content:
                 text.append(chunk.choices[0].delta.content)
     except Exception as exc:  # the demo reports whatever the caller would get
-        outcome = _outcome(exc, http)
-        told = outcome
-        if isinstance(exc.__cause__, StreamStalled) and exc.__cause__.attempts > 1:
-            told += f", {exc.__cause__.attempts} attempts"
-        if outcome != type(exc).__name__ and not isinstance(exc, StreamStalled):
-            told += f" (SDK: {type(exc).__name__})"
-        return outcome, told
+        return _failure(exc, http)
     return "ok", f"ok {''.join(text)!r}"
+
+
+def _run_response(client: openai.OpenAI, http: Any) -> str:
+    """Stream one background response; return what to print."""
+    text = []
+    try:
+        stream = client.responses.create(model="demo", input="hi", stream=True, background=True)
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
+    except Exception as exc:  # the demo reports whatever the caller would get
+        return f"{_failure(exc, http)[1]} after {''.join(text)!r}"
+    return f"ok {''.join(text)!r}"
+
+
+def _resume_once(
+    http_client: Any, http: Any, scenario: Scenario | None = None
+) -> tuple[str, float, list[str]]:
+    """Stream a background response on a fresh server (``RESUMABLE`` by default): (what to
+    print, seconds, the GETs the server saw)."""
+    with FaultServer(RESUMABLE if scenario is None else scenario) as server:
+        client = openai.OpenAI(
+            base_url=server.base_url, api_key="demo", http_client=http_client, max_retries=0
+        )
+        started = time.monotonic()
+        told = _run_response(client, http)
+        took = time.monotonic() - started
+        return told, took, [f"GET {r.path}" for r in server.requests if r.method == "GET"]
+
+
+def _resume_part(out: TextIO, watched: Any, plain: Any, http: Any) -> bool:
+    """Print the resumable stream's line and the watchdog's resume; whether it resumed."""
+    told, took, gets = _resume_once(watched, http)
+    plain_told, plain_took, _ = _resume_once(plain, http)
+    resume = rf"GET {RESPONSES_PATH}/[^/?]+\?stream=true&starting_after={RESUMED_AFTER}"
+    ok = (
+        told == "ok 'hello world'" and len(gets) == 1 and re.fullmatch(resume, gets[0]) is not None
+    )
+    out.write(
+        f"\nResumable: a Responses stream created with background=True, stalled after its"
+        f" first output; the watchdog resumes it.\n"
+        f"{RESUME_TITLE:<31} {f'{told} in {took:.2f} s':<58} {plain_told} in {plain_took:.2f} s"
+        + ("" if ok else f"   <-- expected ok 'hello world', resumed after event {RESUMED_AFTER}")
+        + "\n"
+    )
+    for get in gets:
+        out.write(f"{'':<31} resumed: {get}\n")
+    return ok
 
 
 def _stream_once(http_client: Any, http: Any, scenario: Scenario) -> tuple[str, str, float]:
@@ -108,9 +175,11 @@ def run_demo(out: TextIO) -> int:
     out.write(f"{'scenario':<31} {'WatchdogTransport':<58} plain {http.__name__}.Client\n")
     watched = http.Client(transport=clients.sync_transport(policy=policy))
     plain = http.Client(timeout=PLAIN_TIMEOUT)
+    resumed = False
     try:
         for http_client in (watched, plain):  # warm the SDK up so timings are comparable
             _stream_once(http_client, http, Scenario.healthy())
+            _resume_once(http_client, http, Scenario.healthy())
         for case in CASES:
             outcome, told, took = _stream_once(watched, http, case.scenario)
             _, plain_told, plain_took = _stream_once(plain, http, case.scenario)
@@ -124,11 +193,13 @@ def run_demo(out: TextIO) -> int:
                 + ("" if ok else f"   <-- expected {case.expected}")
                 + "\n"
             )
+        resumed = _resume_part(out, watched, plain, http)
     finally:
         watched.close()
         plain.close()
     out.write(
-        f"\n{len(CASES) - failures} of {len(CASES)} watchdog outcomes as expected;"
+        f"\n{len(CASES) - failures} of {len(CASES)} watchdog outcomes as expected,"
+        f" the background stream {'resumed' if resumed else 'NOT resumed'};"
         f" {time.monotonic() - demo_started:.1f} s in all.\n"
     )
-    return 1 if failures else 0
+    return 1 if failures or not resumed else 0

@@ -25,7 +25,7 @@ from hermes_transport import (
     astream_chat_completion,
     stream_chat_completion,
 )
-from hermes_transport._core.exchange import GuardFired
+from hermes_transport._core.attempt import GuardFired
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body

@@ -21,7 +21,7 @@ import pytest
 import respx
 
 import hermes_transport._core.body as body_module
-import hermes_transport._transports.sync_shell as transport_module
+import hermes_transport._transports.sync_body as transport_module
 from hermes_transport import StreamPolicy, StreamStalled, WatchdogTransport
 from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario

@@ -83,12 +83,16 @@ def policies(environ: dict[str, str]) -> None:
     policy = StreamPolicy()
     assert_type(policy.stale_timeout, float | None)
     assert_type(policy.retries, int)
+    assert_type(policy.resumes, int)
+    assert_type(policy.cancel_on_interrupt, bool)
     assert_type(policy.heartbeat_events, Collection[str])
     assert_type(policy.heartbeats_for("responses"), frozenset[str])
     policy.heartbeats_for("chat")  # type: ignore[arg-type]
     assert_type(policy.stale_budget, float | None)
     assert_type(policy.first_event_budget, float | None)
     StreamPolicy(stale_timeout=None, first_event_timeout=None, retries=0)
+    StreamPolicy(resumes=0, cancel_on_interrupt=False)
+    StreamPolicy(resumes="3")  # type: ignore[arg-type]
     StreamPolicy(stale_timeout=math.inf, first_event_timeout=2.5)
     StreamPolicy(heartbeat_events=frozenset({"ping", "tick"}))
     StreamPolicy(heartbeat_events={"responses": ["keepalive"], "messages": ()})

@@ -1,0 +1,227 @@
+"""A resumable stream's decisions: what to pass up, when to resume, what to cancel.
+
+``ResumingWatch`` is the ``BodyWatch`` the sync and async streams are: on a
+resumable stream (``BodyWatch._resumable``; see ``resume``) it passes up
+whole events only (``_pass``), decides after a stall, a dead connection or an
+early end whether to resume and with which request (``_resume_request``),
+takes a resume attempt over (``_adopt``), says what the caller gets when the
+stream could not be resumed (``_unresumed``) and which cancel an interrupt
+sends (``_cancel_request``). On any other stream none of this runs. No I/O:
+the streams in ``_transports`` send.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from typing import Any
+
+import httpx
+
+from .attempt import Attempt, GuardFired, ResumeFailed
+from .body import BodyWatch
+from .errors import StreamStalled
+from .guard import Guard
+from .progress import is_event_stream
+from .resume import TAIL_LIMIT, ResumeRefused, refusal, spliceable
+
+__all__ = ["ResumingWatch"]
+
+#: What a broken body means for the caller: ``(error, cause)``, or ``None`` to end cleanly.
+Outcome = tuple[BaseException, BaseException | None] | None
+
+logger = logging.getLogger("hermes_transport")
+
+
+class ResumingWatch(BodyWatch):
+    """A body watch that can also resume its stream (when it is resumable)."""
+
+    def _pass(self, chunk: bytes) -> bytes:
+        """The per-chunk step of a resumable stream: what of ``chunk`` to pass up (whole
+        events), watched as ``_saw`` watches."""
+        whole = self._whole.take(chunk)  # type: ignore[union-attr]
+        if whole:
+            self._saw(whole)
+        elif self._guard.fired is not None:
+            raise GuardFired
+        return whole
+
+    def _rest(self) -> bytes:
+        """At the body's end: the tail of an unfinished event still held, if any."""
+        return self._whole.rest() if self._whole is not None else b""
+
+    def _may_resume(self) -> bool:
+        """At a clean end of the inner body: whether it ended before the response did
+        (its end event) and can be resumed (then it is, as for a dead connection)."""
+        meter = self._meter
+        return self._whole is not None and meter is not None and not meter.finished
+
+    def _resume_request(self) -> httpx.Request | None:
+        """After the body died (or ended early): the request that resumes it, a resume
+        drawn from the call's budget; ``None`` (``_note`` says why) to fail as without."""
+        resumable, whole, meter, guard = self._resumable, self._whole, self._meter, self._guard
+        if resumable is None or whole is None or meter is None or meter.finished:
+            return None
+        if guard.fired not in (None, "stalled") or self._cut_after_done():
+            return None  # interrupted, or closed by the caller: not a failure of the server
+        response_id = meter.response_id or resumable.response_id
+        after = max(meter.sequence, resumable.after)
+        if response_id is None or after < 0:
+            missing = "named its response" if response_id is None else "numbered an event"
+            self._note = f"; not resumed: the stream had not yet {missing}"
+            return None
+        if whole.mid_event:
+            self._note = f"; not resumed: an event longer than {TAIL_LIMIT} bytes was cut"
+            return None
+        call = self._exchange.call
+        if call is None or not call.take_resume():
+            resumed = call.resumed if call is not None else 0
+            self._note = f"; resumed {resumed} time(s), no resume left"
+            return None
+        whole.drop()
+        attempt = self._attempt
+        logger.warning(
+            "%s %s: the stream %s; resuming response %s after event %d (%d resume(s) left)",
+            attempt.request.method,
+            attempt.url,
+            "stalled" if guard.fired == "stalled" else "broke off",
+            response_id,
+            after,
+            call.resumes_left,
+        )
+        self._note = ""
+        return resumable.resume_request(response_id, after)
+
+    def _resume_budget(self) -> float | None:
+        """The budget a resumed stream gets: the first event's until the first output, then
+        the stale one (what the stream would have had had it not been cut)."""
+        meter = self._meter
+        if meter is not None and meter.events:
+            return self._stale
+        return self._exchange.policy.first_event_budget
+
+    def _adopt(self, guard: Guard, attempt: Attempt) -> None:
+        """Watch a resume attempt from now on: its guard replaces the cut stream's (closed)."""
+        self._release_guard()
+        self._guard, self._attempt = guard, attempt
+        self._armed = False
+        self._complete = False
+        self._release_guard = weakref.finalize(self, guard.close)
+
+    def _resumed(self, response: Any) -> None:
+        """The resume answered with its stream: read on from it."""
+        guard, meter = self._guard, self._meter
+        assert meter is not None
+        guard.stage = "mid_stream" if meter.events else "first_event"
+        if guard.fired is not None:
+            raise GuardFired
+
+    def _outcome(self, failure: BaseException | None) -> Outcome:
+        """What ``failure`` (``None``: the body ended early) means for the caller, judged now,
+        by the guard of the attempt it killed: ``(error, cause)``, or ``None`` to end the
+        body where it is, cleanly (it ended early, or was cut after its end event)."""
+        if failure is None or self._cut_after_done():
+            return None
+        mapped = self._failure(failure, log=False)  # logged when raised, or as resumed
+        if mapped is None:
+            return failure, failure.__cause__
+        return mapped, None if isinstance(failure, GuardFired) else failure
+
+    def _unresumed(self, outcome: Outcome, refused: ResumeRefused | None) -> Any:
+        """After the stream could not be resumed: ``outcome`` (of the latest attempt's
+        failure) with the reason in its message, and a refused resume's ``HTTPStatusError``
+        as its cause; ``False`` for ``None``, to end cleanly."""
+        note = f"; resume was tried and refused: {refused.said}" if refused else self._note
+        if outcome is None:
+            if refused is not None:
+                logger.warning("the stream ended before its end event%s", note)
+            return False
+        error, cause = outcome
+        return _noted(error, note, self._attempt.flavor.http.RequestError), (
+            refused.error if refused is not None else cause
+        )
+
+    def _raising(self, outcome: tuple[BaseException, BaseException | None]) -> None:
+        """Log a stall about to reach the caller (the exchange logs one it takes)."""
+        error, attempt = outcome[0], self._attempt
+        if isinstance(error, StreamStalled):
+            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
+
+    def _held_failed(self, failure: BaseException | None, outcome: Outcome) -> None:
+        """Before the first output, the stream could not be resumed: raise what the
+        exchange takes (a stall is then re-sent as any stall before the first output; an
+        interrupt is said as one), or keep a dead connection's error for the caller's first
+        read, after what is held (as ``_broke_early`` does)."""
+        assert outcome is not None
+        error, cause = outcome
+        if isinstance(error, StreamStalled):
+            raise ResumeFailed(error) from cause
+        if self._guard.fired is not None and failure is not None:
+            raise failure
+        error.__cause__ = cause
+        if not isinstance(error, Exception) or not self._broke_early(error):
+            raise error
+
+    def _hold_ended(self) -> None:
+        """The hold is over at the body's end: hand up an unfinished event's tail too."""
+        rest = self._rest()
+        if rest:
+            self._held.append(rest)
+        self._progressed()
+
+    def _cancel_request(self) -> httpx.Request | None:
+        """At close: the cancel to send for an interrupted resumable stream (once), if any."""
+        resumable, meter, guard = self._resumable, self._meter, self._guard
+        if self._cancelled or resumable is None or meter is None or guard.fired != "interrupted":
+            return None
+        response_id = meter.response_id or resumable.response_id
+        if response_id is None or meter.finished or not self._exchange.policy.cancel_on_interrupt:
+            return None
+        self._cancelled = True
+        return resumable.cancel_request(response_id)
+
+    def _is_rest(self, response: Any) -> bool:
+        """Whether a resume's ``response`` is the rest of the stream: an event stream, in
+        an encoding that can be spliced."""
+        headers = response.headers
+        return is_event_stream(response.status_code, headers.get("content-type", "")) and (
+            spliceable(headers.get("content-encoding", ""))
+        )
+
+    def _refused(self, request: Any, response: Any, body: bytes) -> ResumeRefused:
+        http = self._attempt.flavor.http
+        shown = http.Response(
+            response.status_code, headers=response.headers, content=body, request=request
+        )
+        with contextlib.suppress(http.DecodingError):
+            body = shown.read()
+        said = refusal(response.status_code, body)
+        if 200 <= response.status_code < 300:
+            kind = response.headers.get("content-type", "no content type")
+            said = f"{said} with {kind} ({response.headers.get('content-encoding', 'identity')})"
+        error = http.HTTPStatusError(f"resume refused: {said}", request=request, response=shown)
+        return ResumeRefused(said, error)
+
+
+def _noted(error: BaseException, note: str, request_error: type[Exception]) -> BaseException:
+    """``error`` with ``note`` added to its message, as a new error of its class (a
+    ``StreamStalled`` or an HTTP library's ``request_error``); ``error`` itself when there
+    is no note or it cannot be rebuilt."""
+    if not note:
+        return error
+    try:
+        if isinstance(error, StreamStalled):
+            return type(error)(
+                f"{error}{note}",
+                request=error.request,
+                stage=error.stage,
+                budget=error.budget,
+                elapsed=error.elapsed,
+                attempts=error.attempts,
+            )
+        if isinstance(error, request_error):
+            return type(error)(f"{error}{note}", request=error.request)  # type: ignore[call-arg, attr-defined]
+    except (TypeError, RuntimeError):  # another signature; or no request
+        pass
+    return error

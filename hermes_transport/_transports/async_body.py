@@ -1,0 +1,299 @@
+"""``AsyncWatchedStream``: an async response body, passed up while its progress is watched.
+
+The async twin of ``sync_body``: the reads of one response body (and of the
+resumes that continue it, and the cancel sent after an interrupt) on the
+caller's event loop, the decisions ``ResumingWatch``'s (``_core``); requests
+go out through the shell's ``async_send.sent``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from .._core.attempt import Attempt, shown_cause
+from .._core.clock import monotonic
+from .._core.exchange import Exchange
+from .._core.guard import Guard
+from .._core.progress import ProgressMeter
+from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
+from .._core.resuming import ResumingWatch
+from .._io.backend import Tracked
+from .._io.loop_watchdog import LoopWatchdog
+from .async_send import AsyncSend
+
+__all__ = ["READ_AFTER_KILL_LIMIT", "AsyncWatchedStream"]
+
+logger = logging.getLogger("hermes_transport")
+
+#: Bytes read (and dropped) after a kill to bring an inner async body to its
+#: end rather than abandon its generators mid-body (at most a socket buffer).
+READ_AFTER_KILL_LIMIT = 1024 * 1024
+
+
+class AsyncWatchedStream(ResumingWatch):
+    """The response body, passed up byte for byte while its progress is watched.
+
+    On a resumable stream, passed up event by event, and continued from a
+    resume when the connection stalls or dies. Made a subclass of the flavor's
+    ``AsyncByteStream`` where it is built.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        exchange: Exchange,
+        send: AsyncSend,
+        sockets_reachable: bool,
+        watcher: LoopWatchdog,
+        *,
+        drains: bool,
+    ) -> None:
+        super().__init__(guard, attempt, meter, stale, watcher.arm, exchange)
+        self._inner = inner
+        self._chunks = inner.__aiter__()
+        self._send = send
+        self._sockets_reachable = sockets_reachable
+        self._watcher = watcher
+        # Whether a kill shuts this body's socket down. Then bytes that arrive
+        # after it are read to the end of the body (at most the socket buffer)
+        # instead of abandoning the inner async generators mid-body: httpcore
+        # never closes those, and trio warns when they are collected.
+        self._drains = drains
+        self._read_after_kill = 0
+        # The caller's iteration, once started: aclose() must know whether a
+        # task is inside it right now.
+        self._iteration: AsyncGenerator[bytes, None] | None = None
+        self._closed = False
+
+    def _draining(self, chunk: bytes) -> bool:
+        """After a kill (``guard.fired`` is set): whether to drop ``chunk`` and read on."""
+        if not self._drains:
+            return False
+        self._read_after_kill += len(chunk)
+        return self._read_after_kill <= READ_AFTER_KILL_LIMIT
+
+    async def await_first_event(self) -> None:
+        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes.
+
+        A resumable stream that breaks meanwhile is resumed, what was held kept.
+        """
+        while True:
+            try:
+                async for chunk in self._chunks:
+                    if self._guard.fired is not None and self._draining(chunk):
+                        continue
+                    if self._hold(chunk):
+                        return
+                self._ended()
+            except Exception as exc:
+                if self._whole is None or not isinstance(exc, self._attempt.dead):
+                    if self._broke_early(exc):
+                        return
+                    raise
+                failure: BaseException | None = exc
+            else:
+                if not self._may_resume():
+                    break
+                failure = None
+            outcome = await self._resume_or_fail(failure)
+            if outcome is None:
+                continue
+            if outcome is False:
+                break
+            self._held_failed(failure, outcome)
+            return
+        self._hold_ended()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._iteration = iteration = self._iterate()
+        return iteration
+
+    async def _iterate(self) -> AsyncGenerator[bytes, None]:
+        for chunk in self._take_held():
+            yield chunk
+        if self._broken is not None:
+            await self._aclose()
+            self._raise_if_broken()
+        if self._whole is not None:
+            async for whole in self._iterate_whole():
+                yield whole
+            return
+        try:
+            async for chunk in self._chunks:
+                # Hot path: one attribute read unless the attempt was killed.
+                if self._guard.fired is not None and self._draining(chunk):
+                    continue
+                self._saw(chunk)
+                yield chunk
+            if self._closed:
+                # Closed by another task while the caller held a chunk: the
+                # body did not end, so it must not look complete.
+                raise self._attempt.flavor.http.StreamClosed()
+            self._ended()
+        except self._attempt.dead as exc:
+            # The body is dead: release everything now, since a caller's
+            # aiter_raw() (for one) does not close a response that raised.
+            await self._aclose()
+            if self._cut_after_done():
+                return
+            error = self._failure(exc)
+            if error is None:
+                raise
+            cause = shown_cause(exc)
+        else:
+            return
+        # Raised out of the handler, so the dead attempt's exception is never the
+        # error's context: its cause is only what shown_cause() keeps.
+        raise error from cause
+
+    async def _iterate_whole(self) -> AsyncGenerator[bytes, None]:
+        """A resumable stream's reads: whole events, and a resume where it broke."""
+        while True:
+            try:
+                async for chunk in self._chunks:
+                    if self._guard.fired is not None and self._draining(chunk):
+                        continue
+                    whole = self._pass(chunk)
+                    if whole:
+                        yield whole
+                if self._closed:
+                    raise self._attempt.flavor.http.StreamClosed()
+                self._ended()
+            except self._attempt.dead as exc:
+                failure: BaseException | None = exc
+            else:
+                if not self._may_resume():
+                    break
+                failure = None
+            outcome = await self._resume_or_fail(failure)
+            if outcome is None:
+                continue
+            await self._aclose()
+            if outcome is False:
+                break
+            self._raising(outcome)
+            error, cause = outcome
+            raise error from cause
+        rest = self._rest()
+        if rest:
+            yield rest
+
+    async def _resume_or_fail(self, failure: BaseException | None) -> Any:
+        """Resume after ``failure`` (``None``: the body ended early), as often as the
+        budget allows: ``None`` once resumed, else ``_unresumed``'s answer (``False``: end
+        cleanly)."""
+        outcome = self._outcome(failure)
+        refused: ResumeRefused | None = None
+        while (request := self._resume_request()) is not None:
+            try:
+                await self._reopen(request)
+            except self._attempt.dead as exc:
+                outcome = self._outcome(exc)  # the resume died too: it may be resumed again
+                continue
+            except ResumeRefused as exc:
+                refused = exc
+                break
+            return None
+        return self._unresumed(outcome, refused)
+
+    async def _reopen(self, request: Any) -> None:
+        """Send the resume ``request`` and read on from its stream (raises if it failed)."""
+        self._release_guard()  # before the cut connection is closed (``_core.guard``)
+        self._watcher.release(self._guard)
+        await self._retire()
+        watcher = self._watcher
+        guard, attempt = self._exchange.begin_resume(
+            request, self._resume_budget(), watcher.arm, self._sockets_reachable
+        )
+        self._adopt(guard, attempt)
+        response = await self._send(request, guard)
+        try:
+            await self._check_resumed(request, response)
+        except BaseException:
+            await response.aclose()
+            raise
+        self._inner = response.stream
+        self._chunks = self._inner.__aiter__()
+        self._drains = isinstance(response.extensions.get("network_stream"), Tracked)
+        self._read_after_kill = 0
+        self._resumed(response)
+
+    async def _check_resumed(self, request: Any, response: Any) -> None:
+        """Raise ``ResumeRefused`` unless ``response`` is the rest of the stream."""
+        if self._is_rest(response):
+            return
+        body = b""
+        async for chunk in response.stream:
+            body += chunk
+            if len(body) >= REFUSAL_LIMIT:
+                break
+        raise self._refused(request, response, body)
+
+    async def _retire(self) -> None:
+        """Let go of the cut stream before a resume replaces it (its connection is dead)."""
+        with contextlib.suppress(Exception):
+            try:
+                await self._chunks.aclose()
+            finally:
+                await self._inner.aclose()
+
+    async def aclose(self) -> None:
+        if getattr(self._iteration, "ag_running", False):
+            # Another task is reading this body right now, and its generators
+            # cannot be closed from here: stop the read instead; the reader
+            # closes everything as it unwinds.
+            self._guard.close_from_afar()
+            return
+        await self._aclose()
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        if self._start_drain():
+            await self._drain()
+        # Disarm before the connection can go back to the pool (see the invariants
+        # in ``_core.guard``).
+        self._release_guard()
+        self._watcher.release(self._guard)
+        try:
+            await self._chunks.aclose()
+        finally:
+            try:
+                await self._inner.aclose()
+            finally:
+                await self._cancel()
+
+    async def _drain(self) -> None:
+        # Bounded by the guard's deadline; an error means the connection is not reusable.
+        with contextlib.suppress(*self._attempt.dead):
+            async for chunk in self._chunks:
+                if not self._drained(chunk):
+                    return
+
+    async def _cancel(self) -> None:
+        """After an interrupt: cancel the response on the server, within ``CANCEL_TIMEOUT``
+        seconds; never raises (a cancel that fails is logged)."""
+        request = self._cancel_request()
+        if request is None:
+            return
+        guard = Guard("connecting")
+        guard.deadline = monotonic() + CANCEL_TIMEOUT
+        try:
+            response = await self._send(request, guard)
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        except Exception as exc:
+            logger.warning("cancelling %s failed: %r", request.url.path, exc)
+        else:
+            logger.info("cancelled %s: %d", request.url.path, response.status_code)
+        finally:
+            guard.close()
+            self._watcher.release(guard)

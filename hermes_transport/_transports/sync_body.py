@@ -1,0 +1,266 @@
+"""``WatchedStream``: a sync response body, passed up while its progress is watched.
+
+Owns the sync reads of one response body (and of the resumes that continue
+it, and the cancel sent after an interrupt), on the caller's thread; the
+decisions are ``ResumingWatch``'s (``_core``). The shell (``sync_shell``) builds it
+and hands it the one way it sends a request (``send``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+from .._core.attempt import Attempt, shown_cause
+from .._core.clock import monotonic
+from .._core.exchange import Exchange
+from .._core.guard import Guard
+from .._core.progress import ProgressMeter
+from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
+from .._core.resuming import ResumingWatch
+from .._io.watchdog import watchdog
+
+__all__ = ["Send", "WatchedStream"]
+
+logger = logging.getLogger("hermes_transport")
+
+#: How a shell sends one request under a guard (its sockets reachable by it).
+Send = Callable[[Any, Guard], Any]
+
+
+class WatchedStream(ResumingWatch):
+    """The response body, passed up byte for byte while its progress is watched.
+
+    On a resumable stream, passed up event by event, and continued from a
+    resume when the connection stalls or dies. Made a subclass of the flavor's
+    ``SyncByteStream`` where it is built.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        exchange: Exchange,
+        send: Send,
+        sockets_reachable: bool,
+    ) -> None:
+        super().__init__(guard, attempt, meter, stale, watchdog.arm, exchange)
+        self._inner = inner
+        self._chunks = iter(inner)
+        self._send = send
+        self._sockets_reachable = sockets_reachable
+        # The caller's iteration, once started: close() must know whether a
+        # thread is inside it right now.
+        self._iteration: Generator[bytes, None, None] | None = None
+        self._closed = False
+
+    def await_first_event(self) -> None:
+        """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes.
+
+        A resumable stream that breaks meanwhile is resumed, what was held kept.
+        """
+        while True:
+            try:
+                for chunk in self._chunks:
+                    if self._hold(chunk):
+                        return
+                self._ended()
+            except Exception as exc:
+                if self._whole is None or not isinstance(exc, self._attempt.dead):
+                    if self._broke_early(exc):
+                        return
+                    raise
+                failure: BaseException | None = exc
+            else:
+                if not self._may_resume():
+                    break
+                failure = None
+            outcome = self._resume_or_fail(failure)
+            if outcome is None:
+                continue
+            if outcome is False:
+                break
+            self._held_failed(failure, outcome)
+            return
+        self._hold_ended()
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._iteration = iteration = self._iterate()
+        return iteration
+
+    def _iterate(self) -> Generator[bytes, None, None]:
+        yield from self._take_held()
+        if self._broken is not None:
+            self._close()
+            self._raise_if_broken()
+        if self._whole is not None:
+            yield from self._iterate_whole()
+            return
+        try:
+            for chunk in self._chunks:
+                self._saw(chunk)
+                yield chunk
+            if self._closed:
+                # Closed by another thread while the caller held a chunk: the
+                # body did not end, so it must not look complete.
+                raise self._attempt.flavor.http.StreamClosed()
+            self._ended()
+        except self._attempt.dead as exc:
+            # The body is dead: release everything now, on this thread, since a
+            # caller's iter_raw() (for one) does not close a response that raised.
+            self._close()
+            if self._cut_after_done():
+                return
+            error = self._failure(exc)
+            if error is None:
+                raise
+            cause = shown_cause(exc)
+        else:
+            return
+        # Raised out of the handler, so the dead attempt's exception is never the
+        # error's context: its cause is only what shown_cause() keeps.
+        raise error from cause
+
+    def _iterate_whole(self) -> Generator[bytes, None, None]:
+        """A resumable stream's reads: whole events, and a resume where it broke."""
+        while True:
+            try:
+                for chunk in self._chunks:
+                    whole = self._pass(chunk)
+                    if whole:
+                        yield whole
+                if self._closed:
+                    raise self._attempt.flavor.http.StreamClosed()
+                self._ended()
+            except self._attempt.dead as exc:
+                failure: BaseException | None = exc
+            else:
+                if not self._may_resume():
+                    break
+                failure = None
+            outcome = self._resume_or_fail(failure)
+            if outcome is None:
+                continue
+            self._close()
+            if outcome is False:
+                break
+            self._raising(outcome)
+            error, cause = outcome
+            raise error from cause
+        rest = self._rest()
+        if rest:
+            yield rest
+
+    def _resume_or_fail(self, failure: BaseException | None) -> Any:
+        """Resume after ``failure`` (``None``: the body ended early), as often as the
+        budget allows: ``None`` once resumed, else ``_unresumed``'s answer (``False``: end
+        cleanly)."""
+        outcome = self._outcome(failure)
+        refused: ResumeRefused | None = None
+        while (request := self._resume_request()) is not None:
+            try:
+                self._reopen(request)
+            except self._attempt.dead as exc:
+                outcome = self._outcome(exc)  # the resume died too: it may be resumed again
+                continue
+            except ResumeRefused as exc:
+                refused = exc
+                break
+            return None
+        return self._unresumed(outcome, refused)
+
+    def _reopen(self, request: Any) -> None:
+        """Send the resume ``request`` and read on from its stream (raises if it failed)."""
+        self._release_guard()  # before the cut connection is closed (``_core.guard``)
+        self._retire()
+        guard, attempt = self._exchange.begin_resume(
+            request, self._resume_budget(), watchdog.arm, self._sockets_reachable
+        )
+        self._adopt(guard, attempt)
+        watchdog.arm(guard)
+        response = self._send(request, guard)
+        try:
+            self._check_resumed(request, response)
+        except BaseException:
+            response.close()
+            raise
+        self._inner = response.stream
+        self._chunks = iter(self._inner)
+        self._resumed(response)
+
+    def _check_resumed(self, request: Any, response: Any) -> None:
+        """Raise ``ResumeRefused`` unless ``response`` is the rest of the stream."""
+        if self._is_rest(response):
+            return
+        body = b""
+        for chunk in response.stream:
+            body += chunk
+            if len(body) >= REFUSAL_LIMIT:
+                break
+        raise self._refused(request, response, body)
+
+    def _retire(self) -> None:
+        """Let go of the cut stream before a resume replaces it (its connection is dead)."""
+        with contextlib.suppress(Exception):
+            try:
+                self._chunks.close()
+            finally:
+                self._inner.close()
+
+    def close(self) -> None:
+        if getattr(self._iteration, "gi_running", False):
+            # Another thread is reading this body right now, and its generators
+            # cannot be closed from here: stop the read instead (as plain httpx's
+            # close() does not); the reader closes everything as it unwinds.
+            self._guard.close_from_afar()
+            return
+        self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._start_drain():
+            self._drain()
+        # Disarm before the connection can go back to the pool (see the invariants
+        # in ``_core.guard``).
+        self._release_guard()
+        try:
+            self._chunks.close()
+        finally:
+            try:
+                self._inner.close()
+            finally:
+                self._cancel()
+
+    def _drain(self) -> None:
+        # Bounded by the guard's deadline; an error means the connection is not reusable.
+        with contextlib.suppress(*self._attempt.dead):
+            for chunk in self._chunks:
+                if not self._drained(chunk):
+                    return
+
+    def _cancel(self) -> None:
+        """After an interrupt: cancel the response on the server, within ``CANCEL_TIMEOUT``
+        seconds; never raises (a cancel that fails is logged)."""
+        request = self._cancel_request()
+        if request is None:
+            return
+        guard = Guard("connecting")
+        guard.deadline = monotonic() + CANCEL_TIMEOUT
+        watchdog.arm(guard)
+        try:
+            response = self._send(request, guard)
+            try:
+                response.read()
+            finally:
+                response.close()
+        except Exception as exc:
+            logger.warning("cancelling %s failed: %r", request.url.path, exc)
+        else:
+            logger.info("cancelled %s: %d", request.url.path, response.status_code)
+        finally:
+            guard.close()
