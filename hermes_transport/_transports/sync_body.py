@@ -159,9 +159,8 @@ class WatchedStream(ResumingWatch):
     def _resume_or_fail(self, failure: BaseException | None) -> Any:
         """Resume after ``failure`` (``None``: the body ended early), as often as the
         budget allows: ``None`` once resumed, else ``_unresumed``'s answer (``False``: end
-        cleanly)."""
-        outcome = self._outcome(failure)
-        refused: ResumeRefused | None = None
+        cleanly) for the first failure if a resume was refused, else for the latest."""
+        first = outcome = self._outcome(failure)
         while (request := self._resume_request()) is not None:
             try:
                 self._reopen(request)
@@ -169,10 +168,9 @@ class WatchedStream(ResumingWatch):
                 outcome = self._outcome(exc)  # the resume died too: it may be resumed again
                 continue
             except ResumeRefused as exc:
-                refused = exc
-                break
+                return self._unresumed(first, exc)  # the stall the caller had, and why
             return None
-        return self._unresumed(outcome, refused)
+        return self._unresumed(outcome, None)
 
     def _reopen(self, request: Any) -> None:
         """Send the resume ``request`` and read on from its stream (raises if it failed)."""

@@ -39,6 +39,13 @@ def _resume_part_only(monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
     return status, out.getvalue().splitlines()
 
 
+@pytest.fixture(scope="module")
+def demo_run() -> tuple[int, list[str]]:
+    """One run of the demo's resumable part, shared by the tests that only read it."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return _resume_part_only(monkeypatch)
+
+
 def _row(lines: list[str]) -> re.Match[str]:
     (line,) = [line for line in lines if line.startswith(_demo.RESUME_TITLE)]
     match = ROW.fullmatch(line)
@@ -47,10 +54,10 @@ def _row(lines: list[str]) -> re.Match[str]:
 
 
 def test_the_watchdog_resumes_the_stream_the_plain_client_loses(
-    monkeypatch: pytest.MonkeyPatch,
+    demo_run: tuple[int, list[str]],
 ) -> None:
     """The watchdog's column reads "ok 'hello world'", the plain client's a read timeout after 'hello', and the demo exits 0."""
-    status, lines = _resume_part_only(monkeypatch)
+    status, lines = demo_run
     assert status == 0, "\n".join(lines)
     row = _row(lines)
     assert row["watched"] == "ok 'hello world'"
@@ -62,10 +69,10 @@ def test_the_watchdog_resumes_the_stream_the_plain_client_loses(
 
 
 def test_the_demo_prints_the_one_resume_get_the_watchdog_sent(
-    monkeypatch: pytest.MonkeyPatch,
+    demo_run: tuple[int, list[str]],
 ) -> None:
     """Under the row, one line names the watchdog's resume: GET /v1/responses/<id>?stream=true&starting_after=5, the number of "hello"."""
-    _, lines = _resume_part_only(monkeypatch)
+    _, lines = demo_run
     at = next(i for i, line in enumerate(lines) if line.startswith(_demo.RESUME_TITLE))
     resumes = [match for line in lines if (match := RESUME_LINE.fullmatch(line))]
     assert len(resumes) == 1
@@ -74,10 +81,10 @@ def test_the_demo_prints_the_one_resume_get_the_watchdog_sent(
 
 
 def test_the_part_has_a_heading_and_the_columns_of_the_table(
-    monkeypatch: pytest.MonkeyPatch,
+    demo_run: tuple[int, list[str]],
 ) -> None:
     """The part opens with a line naming background=True, and its row lines up with the table's columns (the watchdog's at 32, the plain client's at 91)."""
-    _, lines = _resume_part_only(monkeypatch)
+    _, lines = demo_run
     (header,) = [line for line in lines if line.startswith("scenario ")]
     at = next(i for i, line in enumerate(lines) if line.startswith(_demo.RESUME_TITLE))
     assert "background=True" in lines[at - 1]

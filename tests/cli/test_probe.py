@@ -37,6 +37,9 @@ from hermes_transport.testing import FaultServer, Scenario
 
 from _support import black_hole
 
+# No SDK here: the same under every openai major, so run with the newest only.
+pytestmark = pytest.mark.once
+
 KEY = "sk-probe-SECRET-0123456789"
 KEY_VAR = "HERMES_PROBE_TEST_KEY"
 # Generous bounds: a shared 2-core machine may be slow; budgets are never undercut.

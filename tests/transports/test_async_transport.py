@@ -31,19 +31,23 @@ from hermes_transport._io.loop_watchdog import loop_watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import (
+    FLAVORS,
     PROMPT,
     Endpoint,
     Flavor,
+    FlavorName,
     assert_prompt,
     black_hole,
     chat_body,
     deaf_server,
     gunzip,
     interrupt_when,
+    load_flavor,
     normalised,
 )
 
-pytestmark = pytest.mark.anyio
+# No SDK here: the same under every openai major, so run with the newest only.
+pytestmark = [pytest.mark.anyio, pytest.mark.once]
 
 STALE = 0.3
 # Never early, and late by no more than this (generous: shared 2-core machines).
@@ -584,9 +588,15 @@ async def _loop_server() -> AsyncIterator[int]:
 
 
 @pytest.mark.timing
-@pytest.mark.once  # the transport alone, no SDK: the same under every openai major
-async def test_a_thousand_streams_on_one_loop(flavor: Flavor) -> None:
+# Each loop once, each flavor once (about 20 s a run): every pairing adds nothing.
+@pytest.mark.parametrize(
+    ("anyio_backend", "flavor_name"),
+    [("asyncio", "httpx"), ("trio", FLAVORS[-1])],
+    ids=lambda value: str(value),
+)
+async def test_a_thousand_streams_on_one_loop(anyio_backend: str, flavor_name: FlavorName) -> None:
     """1,000 concurrent watched streams: every stall is caught on time, memory stays bounded."""
+    flavor = load_flavor(flavor_name)
     kinds = ["ok", "silent", "comments"]
     outcome: dict[int, tuple[str, float]] = {}
     stall_types: set[type[StreamStalled]] = set()

@@ -179,6 +179,7 @@ def test_a_complete_answer_is_returned_when_the_server_holds_the_connection_afte
 SLOW = replace(Scenario.healthy(content=("a", "b", "c", "d", "e")), event_interval=0.3)
 
 
+@pytest.mark.once  # no SDK, and slow (a pool wait of seconds): newest major only
 def test_a_wait_for_the_pool_is_not_a_stall_of_the_server(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -213,6 +214,7 @@ def test_a_wait_for_the_pool_is_not_a_stall_of_the_server(
 
 
 @pytest.mark.anyio
+@pytest.mark.once  # no SDK, and slow (a pool wait of seconds): newest major only
 async def test_async_a_wait_for_the_pool_is_not_a_stall_of_the_server(
     flavor: Flavor, server: FaultServer
 ) -> None:

@@ -27,7 +27,7 @@ from _support import Flavor, build_responses_models
 RESPONSE: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
 API_KEY = "sk-test-key-not-to-be-logged"
 ID = "resp_hermes0"  # the fault server's first response
-STALE = 0.3
+STALE = 0.5
 # A stall after the first output is cut by the stale budget alone.
 POLICY = StreamPolicy(stale_timeout=STALE, first_event_timeout=10.0, retries=0)
 # Silent after event 6 (the second delta) on the creation only.

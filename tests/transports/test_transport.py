@@ -37,6 +37,9 @@ from _support import (
     normalised,
 )
 
+# No SDK here: the same under every openai major, so run with the newest only.
+pytestmark = pytest.mark.once
+
 # Generous upper bounds: the machines are shared and noisy.
 SLACK = 3.0
 
