@@ -145,6 +145,24 @@ def test_a_refused_resume_raises_the_stall_saying_what_the_server_said(
     assert [r.method for r in own.requests] == ["POST", "GET"]
 
 
+def test_a_refusal_after_a_resume_that_stalled_reports_the_callers_own_stall(
+    sdk: Any, sdk_flavor: Flavor
+) -> None:
+    """A first resume that gets no headers, then a second one refused: the caller gets the stall it had (mid-stream), saying the resume was refused, not the resume's own stall."""
+    # Attempt 0 (the creation) silent after event 6, attempt 1 (a resume) silent before
+    # its headers, later ones answered: refused, the window being long past.
+    first_two = Scenario.stall_first(
+        1, stall=Scenario.silent_after(7), then=Scenario.silent_before_headers()
+    )
+    with FaultServer(resume_window=0.05) as own:
+        own.scenario = Scenario.stall_first(2, stall=first_two, then=Scenario())
+        with pytest.raises(STALLS) as info:
+            numbers(sdk(on=own))
+        assert resumed_after(own) == [6, 6]
+    assert_refused(info.value, sdk_flavor, 400, EXPIRED)
+    assert "no progress event" in str(stall_in(info.value, sdk_flavor))
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("refusal", sorted(REFUSALS))
 async def test_async_a_refused_resume_raises_the_stall_saying_what_the_server_said(
