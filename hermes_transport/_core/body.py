@@ -90,6 +90,8 @@ class BodyWatch:
         self._whole: WholeEvents | None = (
             WholeEvents() if self._resumable is not None and spliceable else None
         )
+        if self._resumable is not None and self._whole is None and exchange.policy.resumes:
+            attempt.hint = "; not resumed: a compressed stream cannot be spliced"
         self._note = ""  # why the stream was not resumed, for its error
         self._cancelled = False  # a cancel was sent (or given up)
         guard.stage = "first_event" if meter is not None else "body"

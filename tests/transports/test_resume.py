@@ -324,6 +324,18 @@ def test_resumes_before_the_first_output_draw_on_the_same_budget(
     assert requests(server) == [CREATE, resume(1), resume(3)]
 
 
+def test_a_compressed_background_stream_is_not_resumed_and_its_stall_says_why(
+    server: FaultServer, sdk: Any, sdk_flavor: Flavor
+) -> None:
+    """A gzip background stream that stalls after its first output fails as before (two compressed bodies cannot be spliced), and its StreamStalled says so."""
+    server.scenario = Scenario.silent_after(7, gzip=True)
+    with pytest.raises(STALLS) as info:
+        created(sdk(AFTER_OUTPUT))
+    stall = stall_in(info.value, sdk_flavor)
+    assert "not resumed: a compressed stream cannot be spliced" in str(stall)
+    assert requests(server) == [CREATE]
+
+
 @pytest.mark.parametrize("resumes", [0, 1])
 def test_the_resume_budget_is_read_from_the_environment(
     server: FaultServer,
