@@ -102,14 +102,14 @@ class ResumingWatch(BodyWatch):
         return self._exchange.policy.first_event_budget
 
     def _adopt(self, guard: Guard, attempt: Attempt) -> None:
-        """Watch a resume attempt from now on: its guard replaces the cut stream's (closed)."""
-        self._release_guard()
+        """Watch a resume attempt from now on: its guard replaces the cut stream's, which
+        the caller has released (before closing the cut connection)."""
         self._guard, self._attempt = guard, attempt
         self._armed = False
         self._complete = False
         self._release_guard = weakref.finalize(self, guard.close)
 
-    def _resumed(self, response: Any) -> None:
+    def _resumed(self) -> None:
         """The resume answered with its stream: read on from it."""
         guard, meter = self._guard, self._meter
         assert meter is not None

@@ -221,7 +221,7 @@ class AsyncWatchedStream(ResumingWatch):
         self._chunks = self._inner.__aiter__()
         self._drains = isinstance(response.extensions.get("network_stream"), Tracked)
         self._read_after_kill = 0
-        self._resumed(response)
+        self._resumed()
 
     async def _check_resumed(self, request: Any, response: Any) -> None:
         """Raise ``ResumeRefused`` unless ``response`` is the rest of the stream."""

@@ -189,7 +189,7 @@ class WatchedStream(ResumingWatch):
             raise
         self._inner = response.stream
         self._chunks = iter(self._inner)
-        self._resumed(response)
+        self._resumed()
 
     def _check_resumed(self, request: Any, response: Any) -> None:
         """Raise ``ResumeRefused`` unless ``response`` is the rest of the stream."""
