@@ -172,7 +172,8 @@ async def test_a_plain_async_client_uses_its_transports_policy(
     server: FaultServer, sdk_flavor: Flavor
 ) -> None:
     """A plain AsyncOpenAI over the flavor's AsyncWatchdogTransport works, with the transport's budgets."""
-    policy = StreamPolicy(stale_timeout=STALE, retries=0)
+    # Only the stale budget is under test: a busy machine may take longer than it to connect.
+    policy = StreamPolicy(stale_timeout=STALE, first_event_timeout=10.0, retries=0)
     http_client = sdk_flavor.http.AsyncClient(
         transport=sdk_flavor.AsyncWatchdogTransport(policy=policy)
     )
