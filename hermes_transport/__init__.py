@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import logging
 
+from ._core.budgets import BudgetRules, CallBudgets, DefaultSeconds, ModelBudget
 from ._core.contexts import should_stream_inline
-from ._core.errors import StreamInterrupted, StreamStalled
+from ._core.errors import StreamInterrupted, StreamStalled, stream_error
 from ._core.interrupt import Interrupt
 from ._core.policy import StreamPolicy
+from ._core.stats import StreamStats
 from ._flavors.httpx import (
     AsyncWatchdogTransport,
     WatchdogTransport,
     async_http_client_for,
     http_client_for,
 )
+from ._io.metrics import OpenTelemetryMetrics
 from ._sdk.chat import astream_chat_completion, stream_chat_completion
 from ._sdk.clients import async_openai_client_for, openai_client_for
 from ._sdk.messages import astream_message, stream_message
@@ -42,10 +45,16 @@ logging.getLogger("hermes_transport").addHandler(logging.NullHandler())
 
 __all__ = [
     "AsyncWatchdogTransport",
+    "BudgetRules",
+    "CallBudgets",
+    "DefaultSeconds",
     "Interrupt",
+    "ModelBudget",
+    "OpenTelemetryMetrics",
     "StreamInterrupted",
     "StreamPolicy",
     "StreamStalled",
+    "StreamStats",
     "WatchdogTransport",
     "astream_chat_completion",
     "astream_message",
@@ -56,6 +65,7 @@ __all__ = [
     "openai_client_for",
     "should_stream_inline",
     "stream_chat_completion",
+    "stream_error",
     "stream_message",
     "stream_response",
 ]

@@ -14,6 +14,10 @@ import pytest
 import hermes_transport
 from hermes_transport._core.stages import STAGE_WORDS, Stage, words_for
 
+# The package's source and names, not the SDK: the same under every openai major, so
+# run with the newest only.
+pytestmark = pytest.mark.once
+
 PACKAGE = Path(hermes_transport.__file__).parent
 # The flavor modules define the same names once per HTTP library, by design.
 FLAVOR_TWINS = {

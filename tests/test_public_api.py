@@ -96,15 +96,17 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
     [
         (
             hermes_transport.StreamPolicy,
-            "(*, stale_timeout=180.0, first_event_timeout=StreamPolicy.SAME_AS_STALE, retries=2,"
-            " resumes=3, cancel_on_interrupt=True, heartbeat_events={'chat_completions': frozenset({'ping'}),"
+            "(*, stale_timeout=DefaultSeconds(180.0), first_event_timeout=StreamPolicy.SAME_AS_STALE,"
+            " retries=2, resumes=3, cancel_on_interrupt=True, budget_rules=BudgetRules(),"
+            " heartbeat_events={'chat_completions': frozenset({'ping'}),"
             " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
             " 'generic': frozenset({'ping'})})",
         ),
         *[
             (
                 transport,
-                "(inner=None, *, policy=None, interrupt=None, **http_transport_kwargs)",
+                "(inner=None, *, policy=None, interrupt=None, on_stats=None,"
+                " **http_transport_kwargs)",
             )
             for transport in (
                 hermes_transport.WatchdogTransport,
@@ -116,7 +118,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             (
                 factory,
                 "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-                f" interrupt=None, **{kwargs})",
+                f" interrupt=None, on_stats=None, **{kwargs})",
             )
             for factory, kwargs in (
                 (hermes_transport.http_client_for, "httpx_client_kwargs"),
@@ -135,7 +137,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             (
                 factory,
                 "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-                " interrupt=None, flavor=None, **openai_kwargs)",
+                " interrupt=None, flavor=None, on_stats=None, **openai_kwargs)",
             )
             for factory in (
                 hermes_transport.openai_client_for,

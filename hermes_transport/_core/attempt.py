@@ -90,7 +90,17 @@ def shown_cause(exc: BaseException) -> BaseException | None:
 class Attempt:
     """What one attempt needs to say what happened to it."""
 
-    __slots__ = ("budget", "dead", "flavor", "hint", "number", "request", "started", "url")
+    __slots__ = (
+        "budget",
+        "dead",
+        "flavor",
+        "hint",
+        "number",
+        "origin",
+        "request",
+        "started",
+        "url",
+    )
 
     def __init__(
         self,
@@ -99,9 +109,11 @@ class Attempt:
         number: int,
         budget: float | None,
         hint: str = "",
+        origin: str = "",
     ) -> None:
         self.request = request
         self.hint = hint  # added to a mid-stream stall's message
+        self.origin = f"; budget: {origin}" if origin else ""  # what set it, if a rule did
         self.flavor = flavor
         # What a dead connection raises: the flavor's transport errors, a
         # socket's, and ours when a guard fired with no socket to shut down.
@@ -156,7 +168,8 @@ def mapped_error(
         assert stale is not None
         return attempt.flavor.stalled(
             f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
-            f" {elapsed:.2f} s into attempt {attempt.number}{note or attempt.hint}",
+            f" {elapsed:.2f} s into attempt {attempt.number}{attempt.origin}"
+            f"{note or attempt.hint}",
             request=attempt.request,
             stage="mid_stream",
             budget=stale,
@@ -166,7 +179,7 @@ def mapped_error(
     assert attempt.budget is not None
     return attempt.flavor.stalled(
         f"stream stalled: no first event within {attempt.budget:g} s"
-        f" ({words_for(stage)}) on attempt {attempt.number}{note}",
+        f" ({words_for(stage)}) on attempt {attempt.number}{attempt.origin}{note}",
         request=attempt.request,
         stage="first_event",
         budget=attempt.budget,

@@ -18,10 +18,11 @@ import httpx
 
 from .attempt import Arm, Attempt, ErrorResend, GuardFired, mapped_error
 from .clock import monotonic
-from .errors import StreamStalled
+from .errors import StreamInterrupted, StreamStalled
 from .guard import Guard
 from .progress import ProgressMeter
 from .resume import Resumable, WholeEvents
+from .stats import Outcome
 
 if TYPE_CHECKING:
     from .exchange import Exchange
@@ -93,6 +94,12 @@ class BodyWatch:
         if self._resumable is not None and self._whole is None and exchange.policy.resumes:
             attempt.hint = "; not resumed: a compressed stream cannot be spliced"
         self._note = ""  # why the stream was not resumed, for its error
+        # The statistics: the gaps are summed up on the hot path (with the
+        # clock read the deadline needs); the rest is copied in at the end.
+        self._gaps = exchange.record.gaps
+        self._handed = False  # the caller has the response: the body reports its end
+        self._extensions: dict[str, Any] | None = None
+        self._ending: BaseException | None = None  # what the caller is about to get
         self._cancelled = False  # a cancel was sent (or given up)
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
@@ -120,7 +127,11 @@ class BodyWatch:
         self._held_size += len(chunk)
         meter = self._meter
         assert meter is not None
-        if meter.feed(chunk) or self._held_size >= HOLD_LIMIT:
+        progressed = meter.feed(chunk)
+        record = self._exchange.record
+        if record.first_event is None and meter.seen_event:
+            record.saw_event()
+        if progressed or self._held_size >= HOLD_LIMIT:
             self._progressed()
             return True
         error = meter.error
@@ -187,18 +198,22 @@ class BodyWatch:
 
     def _progressed(self) -> None:
         guard, meter = self._guard, self._meter
+        now = monotonic()
+        if meter is not None and meter.events:
+            self._exchange.record.saw_output(now)
+            self._gaps.add(now)
         if meter is not None and meter.done:
             # Complete at [DONE]: only the end of the body is left, and a caller
             # that reads on (openai 1.x) waits for it at most AFTER_DONE_SECONDS.
             guard.stage = "after_done"
-            guard.deadline = None if self._complete else monotonic() + AFTER_DONE_SECONDS
+            guard.deadline = None if self._complete else now + AFTER_DONE_SECONDS
             self._arm(guard)  # earlier than the stale deadline: pushed, not moved
             return
         guard.stage = "mid_stream"
         if self._stale is None:
             guard.deadline = None
             return
-        guard.deadline = monotonic() + self._stale
+        guard.deadline = now + self._stale
         if not self._armed:
             # Once per attempt: the stale deadline may be earlier than the
             # first-event one the heap holds, so it must be pushed, not lazily moved.
@@ -206,15 +221,63 @@ class BodyWatch:
             self._arm(guard)
 
     def _saw(self, chunk: bytes) -> None:
-        """The per-chunk step: one scan, and on progress a clock read and an attribute write."""
+        """The per-chunk step: one scan, and on progress a clock read, an attribute write
+        and the gap's summary."""
         if self._guard.fired is not None:
             raise GuardFired
         meter = self._meter
         if meter is not None and meter.feed(chunk):
             if self._armed and not meter.done:
-                self._guard.deadline = monotonic() + self._stale  # type: ignore[operator]
+                now = monotonic()
+                self._guard.deadline = now + self._stale  # type: ignore[operator]
+                self._gaps.add(now)
             else:
                 self._progressed()
+
+    def hand_over(self, extensions: dict[str, Any]) -> None:
+        """The caller gets the response: its end is reported, in ``extensions`` too."""
+        self._handed = True
+        self._extensions = extensions
+
+    def _report(self) -> None:
+        """At close: copy the counts into the statistics, and end them if the caller had
+        the response (else the exchange does, with the error it raises)."""
+        meter, exchange = self._meter, self._exchange
+        record = exchange.record
+        if record.finished:
+            return
+        if meter is not None:
+            record.counted(meter.events, meter.heartbeats, meter.comment_bytes, meter.bytes)
+        if not self._handed:
+            return
+        outcome, stage, error = self._how_ended()
+        stats = exchange.finish(outcome, stage, error)
+        if stats is not None and self._extensions is not None:
+            self._extensions["stream_stats"] = stats
+
+    def _how_ended(self) -> tuple[Outcome, str | None, str | None]:
+        """The outcome, stage and error of the stream at its close."""
+        guard, exc, meter = self._guard, self._ending, self._meter
+        if self._cut_after_done():
+            return "completed", None, None
+        if isinstance(exc, StreamStalled):
+            return "stalled", guard.fired_stage or exc.stage, None
+        if isinstance(exc, StreamInterrupted):
+            return "interrupted", exc.stage, exc.reason
+        if guard.fired == "stalled":
+            return "stalled", guard.fired_stage, None
+        if guard.fired == "interrupted":
+            return "interrupted", guard.fired_stage, guard.reason
+        if exc is not None:
+            return "error", None, f"{type(exc).__name__}: {exc}"
+        if guard.fired == "closed":
+            return "closed", None, None
+        status = self._exchange.record.status
+        if meter is None and status is not None and status >= 400:
+            return "error", None, f"HTTP {status}"
+        if self._complete or (meter is not None and meter.done):
+            return "completed", None, None
+        return "closed", None, None
 
     def _cut_after_done(self) -> bool:
         """Whether the body was cut only because its end did not follow ``[DONE]`` in time:

@@ -36,6 +36,7 @@ that the unpickling process cannot import is left out.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import sys
@@ -52,6 +53,7 @@ __all__ = [
     "StreamStalled",
     "for_caller",
     "interrupted_before_response",
+    "stream_error",
 ]
 
 #: Where a stall can be: the two ``Stage`` values a ``StreamStalled`` names.
@@ -217,6 +219,37 @@ class Handoff(BaseException):
     def __init__(self, error: StreamStalled | StreamInterrupted) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def stream_error(exc: BaseException | None) -> StreamStalled | StreamInterrupted | None:
+    """The library's ``StreamStalled`` or ``StreamInterrupted`` in ``exc``'s chain, if any.
+
+    Looks at ``exc`` itself, then through its ``__cause__`` and ``__context__``
+    links (and the members of an ``ExceptionGroup``), nearest first, each
+    exception once: clients wrap our errors differently (LangChain and
+    pydantic-ai two levels deep, litellm only as ``__context__``, where
+    ``except StreamInterrupted`` never matches). ``None`` if neither is there.
+    """
+    seen: set[int] = set()
+    queue = [exc]
+    while queue:
+        current = queue.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, Handoff):
+            current = current.error
+        if isinstance(current, (StreamStalled, StreamInterrupted)):
+            return current
+        queue.append(current.__cause__)
+        queue.append(current.__context__)
+        queue.extend(getattr(current, "exceptions", ()) if _is_group(current) else ())
+    return None
+
+
+def _is_group(exc: BaseException) -> bool:
+    group = getattr(builtins, "BaseExceptionGroup", None)
+    return group is not None and isinstance(exc, group)
 
 
 def for_caller(error: StreamStalled | StreamInterrupted, *, handoff: bool) -> BaseException:

@@ -26,6 +26,7 @@ from .attempt import (
     mapped_error,
     shown_cause,
 )
+from .budgets import CallBudgets, model_of
 from .calls import Call, call_for_request, under_runner
 from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_before_response
 from .flavor import Flavor
@@ -34,6 +35,7 @@ from .interrupt import Interrupt
 from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream, wants_stream
 from .resume import Resumable, resumable_for
+from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
 from .wires import ErrorEvent, wire_of
 
 __all__ = ["BACKOFF_FIRST", "BACKOFF_LIMIT", "Exchange"]
@@ -60,6 +62,7 @@ class Exchange:
         "_budget",
         "_call",
         "_error_resends",
+        "_event_stream",
         "_flavor",
         "_handoff",
         "_hint",
@@ -70,8 +73,11 @@ class Exchange:
         "_wire",
         "attempt",
         "backoff",
+        "budgets",
         "guard",
+        "record",
         "resumable",
+        "streaming",
     )
 
     def __init__(
@@ -81,6 +87,7 @@ class Exchange:
         policy: StreamPolicy,
         own_interrupt: Interrupt | None,
         bound: Sequence[Interrupt],
+        on_stats: StatsCallback | None = None,
     ) -> None:
         self._request = request
         self._flavor = flavor
@@ -99,7 +106,20 @@ class Exchange:
             # only in its query: it has no body and no Accept header.
             self._wire == "responses" and request.url.params.get("stream") == "true"
         )
-        self._budget = policy.first_event_budget if streaming else None
+        #: The budgets this call got (the policy's, fitted to the request by its rules).
+        self.budgets: CallBudgets = (
+            policy.budgets_for(model_of(body), None if body is None else len(body))
+            if streaming
+            else policy.budgets_for()
+        )
+        self._budget = self.budgets.first_event if streaming else None
+        if streaming and self.budgets.source:
+            logger.debug("%s %s: budgets %s", request.method, request.url.path, self.budgets)
+        #: Whether the request asks for a stream (its statistics are then reported).
+        self.streaming = streaming
+        #: The draft of the stream's statistics, for the body to add to and end.
+        self.record = StreamRecord(request, self._wire, self.budgets, on_stats)
+        self._event_stream = False  # a response was an event stream (reported as a stream)
         #: How to resume the stream, if it can be (a background Responses one).
         self.resumable: Resumable | None = (
             resumable_for(request, self._wire, body, flavor.http) if streaming else None
@@ -147,7 +167,10 @@ class Exchange:
         """
         call, request = self._call, self._request
         number = call.start_attempt() if call is not None else 1
-        attempt = Attempt(request, self._flavor, number, self._budget, self._hint)
+        attempt = Attempt(
+            request, self._flavor, number, self._budget, self._hint, self.budgets.source
+        )
+        self.record.new_attempt()
         guard = Guard()
         self.guard, self.attempt = guard, attempt
         if not guard.bind(self._tokens):
@@ -184,7 +207,8 @@ class Exchange:
         shell then sends nothing, and the body raises the interrupt."""
         call = self._call
         number = call.start_attempt() if call is not None else 1
-        attempt = Attempt(request, self._flavor, number, budget)
+        attempt = Attempt(request, self._flavor, number, budget, origin=self.budgets.source)
+        self.record.resumed()
         guard = Guard("before_sending")
         self.guard, self.attempt = guard, attempt
         if not guard.bind(self._tokens):
@@ -196,6 +220,24 @@ class Exchange:
             else:
                 guard.deadline = attempt.started + budget
         return guard, attempt
+
+    def answered(self, response: httpx.Response, guard: Guard) -> None:
+        """An attempt's response headers came (a re-send's replace an earlier one's)."""
+        self.record.answered(response.status_code, guard.connect_seconds, guard.tls_seconds)
+
+    def finish(
+        self, outcome: Outcome, stage: str | None = None, error: str | None = None
+    ) -> StreamStats | None:
+        """End the stream's statistics (once; ``None`` if neither the request nor a response
+        was a stream, or already ended)."""
+        if not (self.streaming or self._event_stream):
+            return None
+        return self.record.finish(outcome, stage, error)
+
+    def gave_up(self, error: BaseException) -> None:
+        """The request raises ``error`` with no body for the caller: end its statistics."""
+        if self.streaming or self._event_stream:
+            self.record.gave_up(error, self.guard.fired_stage if self.guard else None)
 
     def succeeded(self) -> None:
         if self._call is not None:
@@ -244,7 +286,7 @@ class Exchange:
         if isinstance(exc, ResumeFailed):
             error = exc.error
         else:
-            error = mapped_error(guard, attempt, self._policy.stale_budget, 0, exc, in_body=False)
+            error = mapped_error(guard, attempt, self.budgets.stale, 0, exc, in_body=False)
         if error is None:
             return exc
         if isinstance(error, StreamInterrupted):
@@ -277,6 +319,7 @@ class Exchange:
         if guard.fired is not None:
             raise GuardFired
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
+            self._event_stream = True
             encoding = response.headers.get("content-encoding", "")
             return ProgressMeter(
                 encoding,

@@ -87,14 +87,20 @@ class Guard:
         "_pending_arm",
         "_pending_budget",
         "_tokens",
+        "connect_seconds",
         "deadline",
         "fired",
         "fired_stage",
         "reason",
         "stage",
+        "tls_seconds",
     )
 
     def __init__(self, stage: Stage = "connecting") -> None:
+        # How long the attempt's new connection took to open and to shake hands
+        # (None: pooled, or not seen); written by the tracking backends, owner only.
+        self.connect_seconds: float | None = None
+        self.tls_seconds: float | None = None
         # Read by the watchdog without the lock; written by the owner (lazy re-arm).
         self.deadline: float | None = None
         self.fired: FiredKind | None = None

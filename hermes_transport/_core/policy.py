@@ -10,6 +10,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Literal
 
+from .budgets import (
+    DEFAULT_BUDGET_RULES,
+    BudgetRules,
+    CallBudgets,
+    DefaultSeconds,
+    derive,
+    estimate_tokens,
+)
 from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, OFF, WireEvents, env_event_types, per_wire
 from .wires import Wire
 
@@ -20,6 +28,9 @@ ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
 ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 ENV_RESUMES = "HERMES_STREAM_RESUMES"
+ENV_BUDGET_RULES = "HERMES_STREAM_BUDGET_RULES"
+#: ``stale_timeout``'s default: 180 s, which the budget rules may change per call.
+DEFAULT_STALE_TIMEOUT: Final = DefaultSeconds(180.0)
 #: The longest finite budget, in seconds: a year. Longer ones are refused
 #: (``None`` turns a bound off) rather than handed to timers that cannot hold
 #: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
@@ -85,6 +96,15 @@ class StreamPolicy:
     closed, given at most ``CANCEL_TIMEOUT`` seconds), so that an abandoned
     background turn stops running.
 
+    ``budget_rules``: how a call's budgets follow what its request says
+    (``BudgetRules``: the model, by pattern, with floors for reasoning-class
+    models out of the box; the prompt's size, scaling the first-event
+    budget); ``None`` turns them off. They change only the budgets no one
+    set: a ``stale_timeout`` or ``first_event_timeout`` given here or in the
+    environment wins over every rule, shorter or longer (a first-event
+    budget left to follow the stale one follows a stale one given as it is).
+    ``budgets_for(model, body_size)`` says what a call gets.
+
     ``heartbeat_events``: per wire (``chat_completions``, ``responses``,
     ``messages``, ``generic``: what the request's path speaks), the SSE event
     types (the ``event:`` field, or on the Responses and Messages wires the
@@ -110,14 +130,18 @@ class StreamPolicy:
     #: ``first_event_timeout``'s default: the first event gets ``stale_timeout``.
     SAME_AS_STALE: ClassVar[Literal[_SameAsStale.SAME_AS_STALE]] = SAME_AS_STALE
 
-    stale_timeout: float | None = 180.0
+    stale_timeout: float | None = DEFAULT_STALE_TIMEOUT
     first_event_timeout: float | Literal[_SameAsStale.SAME_AS_STALE] | None = SAME_AS_STALE
     retries: int = 2
     resumes: int = 3
     cancel_on_interrupt: bool = True
+    budget_rules: BudgetRules | None = DEFAULT_BUDGET_RULES
     heartbeat_events: Collection[str] | Mapping[Wire, Collection[str]] = field(
         default=DEFAULT_HEARTBEAT_EVENTS
     )
+    # Which budgets are the defaults (the rules may change those): compared, so
+    # that a policy given 180 s is not equal to one left at the default.
+    _defaults: frozenset[str] = field(init=False, repr=False, default=frozenset())
 
     def __post_init__(self) -> None:
         stale: object = self.stale_timeout  # any object, until checked
@@ -147,7 +171,18 @@ class StreamPolicy:
             raise ValueError(
                 f"cancel_on_interrupt must be True or False, got {self.cancel_on_interrupt!r}"
             )
+        if self.budget_rules is not None and not isinstance(self.budget_rules, BudgetRules):
+            raise ValueError(
+                "budget_rules must be a BudgetRules or None,"
+                f" got {reprlib.repr(self.budget_rules)}"
+            )
         object.__setattr__(self, "heartbeat_events", per_wire(self.heartbeat_events))
+        defaults = frozenset(
+            name
+            for name in ("stale_timeout", "first_event_timeout")
+            if isinstance(getattr(self, name), DefaultSeconds)
+        )
+        object.__setattr__(self, "_defaults", defaults)
 
     def heartbeats_for(self, wire: Wire) -> frozenset[str]:
         """The event types that are keepalives on ``wire``."""
@@ -165,6 +200,32 @@ class StreamPolicy:
         """Seconds allowed between progress events, or ``None`` for no bound."""
         return self.stale_timeout
 
+    def budgets_for(self, model: str | None = None, body_size: int | None = None) -> CallBudgets:
+        """The budgets of a call to ``model`` whose request body is ``body_size`` bytes.
+
+        The policy's own budgets, changed by ``budget_rules`` where no one set
+        them; ``None`` for either argument: unknown (no rule of that kind applies).
+        """
+        tokens = None if body_size is None else estimate_tokens(body_size)
+        return derive(
+            self.first_event_budget, self.stale_timeout, self.budget_rules, model, tokens
+        )
+
+    @property
+    def longest_budget(self) -> float:
+        """The longest finite budget a call can get under this policy (0: none): its own,
+        and the rules' for the budgets no one set."""
+        first, stale = self.first_event_budget, self.stale_timeout
+        values = [b for b in (first, stale) if b is not None]
+        if self.budget_rules is not None:
+            values.append(
+                self.budget_rules.longest(
+                    first_event=isinstance(first, DefaultSeconds),
+                    stale=isinstance(stale, DefaultSeconds),
+                )
+            )
+        return max(values, default=0.0)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> StreamPolicy:
         """Build a policy from the environment, then apply keyword ``overrides``.
@@ -172,7 +233,8 @@ class StreamPolicy:
         Reads ``HERMES_STREAM_STALE_TIMEOUT`` and
         ``HERMES_STREAM_FIRST_EVENT_TIMEOUT`` (seconds, or ``off`` for no
         bound: ``None``, for either alike), ``HERMES_STREAM_RETRIES`` and
-        ``HERMES_STREAM_RESUMES`` (ints >= 0) and
+        ``HERMES_STREAM_RESUMES`` (ints >= 0), ``HERMES_STREAM_BUDGET_RULES``
+        (``off``: no budget rules; ``on``: the defaults) and
         ``HERMES_STREAM_HEARTBEAT_EVENTS`` (event type names separated by
         commas, or ``off`` for none, for every wire; or per wire,
         ``responses=keepalive;messages=ping,off``-style groups separated by
@@ -183,7 +245,7 @@ class StreamPolicy:
         the variable.
         """
         env = os.environ if environ is None else environ
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise TypeError(
@@ -205,6 +267,14 @@ class StreamPolicy:
                 if count < 0:
                     raise ValueError(f"{variable} must be an integer >= 0, got {raw!r}")
                 values[name] = count
+        raw = env.get(ENV_BUDGET_RULES, "").strip().lower()
+        if raw == OFF:
+            values["budget_rules"] = None
+        elif raw not in ("", "on"):
+            raise ValueError(
+                f"{ENV_BUDGET_RULES} must be 'off' (no budget rules) or 'on' (the defaults),"
+                f" got {env.get(ENV_BUDGET_RULES)!r}"
+            )
         raw = env.get(ENV_HEARTBEAT_EVENTS, "").strip()
         if raw:
             try:
@@ -227,7 +297,10 @@ _UNSET: Any = _Unset()
 
 
 def _check_seconds(name: str, value: object, *, also: str = "") -> float | None:
-    """``value`` as float seconds; ``None`` (or its synonym ``math.inf``) as ``None``."""
+    """``value`` as float seconds; ``None`` (or its synonym ``math.inf``) as ``None``;
+    a default (``DefaultSeconds``) as itself."""
+    if isinstance(value, DefaultSeconds):
+        return value
     if value is None or (isinstance(value, float) and value == math.inf):
         return None
     if (

@@ -62,7 +62,7 @@ class ProgressMeter:
     failure itself to the consumer.
     """
 
-    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind", "tracks")
+    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind", "bytes", "tracks")
 
     def __init__(
         self,
@@ -79,6 +79,7 @@ class ProgressMeter:
         # True when progress cannot be judged: every chunk then counts.
         self.blind = False
         self._blind_chunks = 0
+        self.bytes = 0  # fed, as they came (before decoding)
         # Content-Encoding lists codings in the order applied: undo them in reverse.
         for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
             if coding in ("", "identity"):
@@ -125,12 +126,29 @@ class ProgressMeter:
         return self._scanner.finished
 
     @property
+    def heartbeats(self) -> int:
+        """Keepalive events completed so far."""
+        return self._scanner.heartbeats
+
+    @property
+    def comment_bytes(self) -> int:
+        """Bytes of comment lines so far (decoded)."""
+        return self._scanner.comment_bytes
+
+    @property
+    def seen_event(self) -> bool:
+        """Whether any event with data has completed (progress or not)."""
+        scanner = self._scanner
+        return bool(scanner.events or scanner.heartbeats or scanner.others or self._blind_chunks)
+
+    @property
     def events(self) -> int:
         """Progress events completed so far (chunks, while blind)."""
         return self._scanner.events + self._blind_chunks
 
     def feed(self, chunk: bytes) -> int:
         """Return how many progress events ``chunk`` completed (1 per chunk when blind)."""
+        self.bytes += len(chunk)
         if self.blind:
             if not chunk:
                 return 0

@@ -29,7 +29,7 @@ from .resume import TAIL_LIMIT, ResumeRefused, refusal, spliceable
 __all__ = ["ResumingWatch"]
 
 #: What a broken body means for the caller: ``(error, cause)``, or ``None`` to end cleanly.
-Outcome = tuple[BaseException, BaseException | None] | None
+Consequence = tuple[BaseException, BaseException | None] | None
 
 logger = logging.getLogger("hermes_transport")
 
@@ -99,7 +99,7 @@ class ResumingWatch(BodyWatch):
         meter = self._meter
         if meter is not None and meter.events:
             return self._stale
-        return self._exchange.policy.first_event_budget
+        return self._exchange.budgets.first_event
 
     def _adopt(self, guard: Guard, attempt: Attempt) -> None:
         """Watch a resume attempt from now on: its guard replaces the cut stream's, which
@@ -117,7 +117,7 @@ class ResumingWatch(BodyWatch):
         if guard.fired is not None:
             raise GuardFired
 
-    def _outcome(self, failure: BaseException | None) -> Outcome:
+    def _outcome(self, failure: BaseException | None) -> Consequence:
         """What ``failure`` (``None``: the body ended early) means for the caller, judged now,
         by the guard of the attempt it killed: ``(error, cause)``, or ``None`` to end the
         body where it is, cleanly (it ended early, or was cut after its end event)."""
@@ -128,7 +128,7 @@ class ResumingWatch(BodyWatch):
             return failure, failure.__cause__
         return mapped, None if isinstance(failure, GuardFired) else failure
 
-    def _unresumed(self, outcome: Outcome, refused: ResumeRefused | None) -> Any:
+    def _unresumed(self, outcome: Consequence, refused: ResumeRefused | None) -> Any:
         """After the stream could not be resumed: ``outcome`` (of the latest attempt's
         failure) with the reason in its message, and a refused resume's ``HTTPStatusError``
         as its cause; ``False`` for ``None``, to end cleanly."""
@@ -148,7 +148,7 @@ class ResumingWatch(BodyWatch):
         if isinstance(error, StreamStalled):
             logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
 
-    def _held_failed(self, failure: BaseException | None, outcome: Outcome) -> None:
+    def _held_failed(self, failure: BaseException | None, outcome: Consequence) -> None:
         """Before the first output, the stream could not be resumed: raise what the
         exchange takes (a stall is then re-sent as any stall before the first output; an
         interrupt is said as one), or keep a dead connection's error for the caller's first

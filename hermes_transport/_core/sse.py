@@ -99,13 +99,17 @@ class SSEScanner:
         "_event_type",
         "_heartbeats",
         "_line",
+        "_line_size",
         "_plain_run",
         "_track",
         "_wire",
+        "comment_bytes",
         "done",
         "error",
         "events",
         "finished",
+        "heartbeats",
+        "others",
         "response_id",
         "sequence",
     )
@@ -133,6 +137,11 @@ class SSEScanner:
         plain = _MESSAGE not in self._heartbeats and wire == "generic"
         self._plain_run = _PLAIN_RUN if plain else _NO_RUN
         self.events = 0
+        # Not progress, counted for the statistics: keepalive events, other
+        # completed events with data (preamble, errors), and comment lines' bytes.
+        self.heartbeats = 0
+        self.others = 0
+        self.comment_bytes = 0
         self.done = False
         self.error: ErrorEvent | None = None
         self._track = track and wire == "responses"
@@ -142,6 +151,7 @@ class SSEScanner:
         # Bytes of the current, unterminated line: at most _cap, since the
         # rest never changes a decision.
         self._line = b""
+        self._line_size = 0  # the whole unterminated line's, beyond what _line keeps
         self._cr_pending = False  # the last chunk ended in CR: a leading LF is its partner
         self._at_start = True  # nothing seen yet: a BOM may still be stripped
         self._event_has_data = False
@@ -196,15 +206,19 @@ class SSEScanner:
         last = lines[-1]
         complete = lines if last[-1:] in (b"\n", b"\r") else lines[:-1]
         for line in complete:
-            if self._line:
+            size = len(line)
+            if self._line_size:
+                size += self._line_size
                 line = self._line + line
                 self._line = b""
-            self._line_ended(line[: self._cap].rstrip(b"\r\n"))
+                self._line_size = 0
+            self._line_ended(line[: self._cap].rstrip(b"\r\n"), size)
         if last[-1:] == b"\r":
             self._cr_pending = True
         elif complete is not lines:
             cap = self._cap
             self._line = (self._line + last[:cap])[:cap]
+            self._line_size += len(last)
         return self.events - before
 
     def _strip_bom(self, chunk: bytes) -> bytes:
@@ -217,8 +231,8 @@ class SSEScanner:
         self._line = b""
         return pending[len(_BOM) :] if pending.startswith(_BOM) else pending
 
-    def _line_ended(self, line: bytes) -> None:
-        # `line` holds at most _cap meaningful bytes of a complete line.
+    def _line_ended(self, line: bytes, size: int) -> None:
+        # `line` holds at most _cap meaningful bytes of a complete line of `size` bytes.
         if not line:
             if self._event_has_data:
                 self._event_ended()
@@ -248,6 +262,8 @@ class SSEScanner:
                 value = value.decode("utf-8", "replace").encode()
             # Kept within MAX_EVENT_TYPE + 1 bytes: too long for any name.
             self._event_type = value[: MAX_EVENT_TYPE + 1]
+        elif line[:1] == b":":
+            self.comment_bytes += size
 
     def _event_ended(self) -> None:
         """An event with data completed: count it if it is progress."""
@@ -257,6 +273,8 @@ class SSEScanner:
                 self.events += 1
                 if self._event_done:
                     self.done = True
+            else:
+                self.heartbeats += 1
             return
         data = b"\n".join(self._data)
         if not event_type and self._wire != "chat_completions":
@@ -270,9 +288,14 @@ class SSEScanner:
             if self.events == 0:
                 if self.error is None:
                     self.error = kind
+                self.others += 1
                 return
+        elif kind == "heartbeat":
+            self.heartbeats += 1
+            return
         elif kind not in ("output", "end"):
-            return  # preamble, heartbeat
+            self.others += 1
+            return  # preamble
         self.events += 1
         if kind == "end":
             self.done = True

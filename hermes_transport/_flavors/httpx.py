@@ -15,6 +15,7 @@ from .._core.errors import StreamStalled
 from .._core.flavor import Flavor, import_helpers
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._transports.async_shell import AsyncShell
 from .._transports.builder import ClientFactory
 from .._transports.sync_shell import SyncShell
@@ -42,7 +43,10 @@ class WatchdogTransport(SyncShell[httpx.BaseTransport], httpx.BaseTransport):
     httpx ignores a client's TLS and connection settings once a transport is
     given, so they belong here. ``policy`` defaults to
     ``StreamPolicy.from_env()``; ``interrupt`` binds every request made
-    through this transport to that ``Interrupt``.
+    through this transport to that ``Interrupt``. ``on_stats`` is called with
+    each streaming request's ``StreamStats`` once it has ended (on the thread
+    that ended it; an exception it raises is logged), which are also the
+    response's ``extensions["stream_stats"]``.
 
     Streaming requests (a JSON body with ``"stream": true``, or
     ``Accept: text/event-stream``) are held in ``handle_request`` until their
@@ -86,9 +90,10 @@ class WatchdogTransport(SyncShell[httpx.BaseTransport], httpx.BaseTransport):
         *,
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
+        on_stats: StatsCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response: httpx.Response = self._handle(request)
@@ -131,9 +136,10 @@ class AsyncWatchdogTransport(AsyncShell[httpx.AsyncBaseTransport], httpx.AsyncBa
         *,
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
+        on_stats: StatsCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response: httpx.Response = await self._handle(request)
@@ -150,6 +156,7 @@ def http_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    on_stats: StatsCallback | None = None,
     **httpx_client_kwargs: Any,
 ) -> httpx.Client:
     """An ``httpx.Client`` over a ``WatchdogTransport`` for this kind of caller.
@@ -158,7 +165,8 @@ def http_client_for(
     whether ``stream_chat_completion`` later streams this client inline or on
     a worker thread; the decision is recorded with ``policy`` (default:
     ``StreamPolicy.from_env()``) and ``interrupt``, which binds every request
-    of the client.
+    of the client. ``on_stats`` is given every stream's ``StreamStats``, as
+    ``WatchdogTransport`` gives them.
 
     TLS and connection settings (``verify``, ``cert``, ``trust_env``,
     ``limits``, ``proxy``, ``http1``, ``uds``, ``local_address``,
@@ -182,6 +190,7 @@ def http_client_for(
         provider,
         policy,
         interrupt,
+        on_stats,
         httpx_client_kwargs,
     )
     return client
@@ -194,6 +203,7 @@ def async_http_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    on_stats: StatsCallback | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``.
@@ -209,6 +219,7 @@ def async_http_client_for(
         provider,
         policy,
         interrupt,
+        on_stats,
         httpx_async_client_kwargs,
     )
     return client

@@ -23,6 +23,7 @@ from .._core.errors import StreamStalled as _BaseStreamStalled
 from .._core.flavor import Flavor, import_helpers
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._transports.async_shell import AsyncShell
 from .._transports.builder import ClientFactory
 from .._transports.sync_shell import SyncShell
@@ -77,9 +78,10 @@ class WatchdogTransport(SyncShell[httpx2.BaseTransport], httpx2.BaseTransport):
         *,
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
+        on_stats: StatsCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = self._handle(request)
@@ -102,9 +104,10 @@ class AsyncWatchdogTransport(AsyncShell[httpx2.AsyncBaseTransport], httpx2.Async
         *,
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
+        on_stats: StatsCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = await self._handle(request)
@@ -121,6 +124,7 @@ def http_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    on_stats: StatsCallback | None = None,
     **httpx_client_kwargs: Any,
 ) -> httpx2.Client:
     """An ``httpx2.Client`` over this flavor's ``WatchdogTransport``; as
@@ -133,6 +137,7 @@ def http_client_for(
         provider,
         policy,
         interrupt,
+        on_stats,
         httpx_client_kwargs,
     )
     return client
@@ -145,6 +150,7 @@ def async_http_client_for(
     provider: str | None = None,
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
+    on_stats: StatsCallback | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` over this flavor's ``AsyncWatchdogTransport``; as
@@ -157,6 +163,7 @@ def async_http_client_for(
         provider,
         policy,
         interrupt,
+        on_stats,
         httpx_async_client_kwargs,
     )
     return client

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import httpcore
 
+from .._core.clock import monotonic
 from .._core.guard import Guard, current_guard
 from .backend import Tracked, Tracking
 
@@ -62,6 +63,7 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
         guard = current_guard.get()
         if guard is not None:
             guard.stage = "connecting"
+        started = monotonic()
         try:
             tls = await self._inner.start_tls(ssl_context, server_hostname, timeout)
         except BaseException:
@@ -70,6 +72,8 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
             with anyio.CancelScope(shield=True):
                 await self._inner.aclose()
             raise
+        if guard is not None:
+            guard.tls_seconds = monotonic() - started
         return AsyncTrackingStream(tls)
 
 
@@ -91,9 +95,11 @@ class AsyncTrackingBackend(Tracking, httpcore.AsyncNetworkBackend):
         if guard is not None:
             guard.stage = "connecting"
             guard.start_budget()  # a new connection: the pool wait is over
-        return AsyncTrackingStream(
-            await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        )
+        started = monotonic()
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        if guard is not None:
+            guard.connect_seconds = monotonic() - started
+        return AsyncTrackingStream(stream)
 
     async def connect_unix_socket(
         self,

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpcore
 
+from .._core.clock import monotonic
 from .._core.flavor import Flavor
 from .._core.guard import Guard, current_guard
 from .connect import connect_guarded, handshake_guarded
@@ -161,9 +162,11 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
             tls = self._inner.start_tls(ssl_context, server_hostname, timeout)
             return TrackingStream(tls, flavor)
         guard.stage = "connecting"
+        started = monotonic()
         tls_sock = handshake_guarded(
             guard, sock, ssl_context, server_hostname, timeout, flavor.core
         )
+        guard.tls_seconds = monotonic() - started
         return TrackingStream(sync_stream(tls_sock), flavor)
 
 
@@ -198,9 +201,11 @@ class TrackingBackend(Tracking, httpcore.NetworkBackend):
             stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
             return TrackingStream(stream, flavor)
         guard.stage = "connecting"
+        started = monotonic()
         sock = connect_guarded(
             guard, host, port, timeout, local_address, socket_options, flavor.core
         )
+        guard.connect_seconds = monotonic() - started
         return TrackingStream(sync_stream(sock), flavor)
 
     def connect_unix_socket(

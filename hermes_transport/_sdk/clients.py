@@ -18,6 +18,7 @@ from .._core.contexts import ClientProfile, should_stream_inline
 from .._core.flavor import FlavorName
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._flavors import clients_named
 from .._transports.builder import (
     TRANSPORT_SETTINGS,
@@ -64,6 +65,7 @@ def openai_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     flavor: FlavorName | None = None,
+    on_stats: StatsCallback | None = None,
     **openai_kwargs: Any,
 ) -> openai.OpenAI:
     """An ``openai.OpenAI`` client for this kind of caller.
@@ -73,7 +75,7 @@ def openai_client_for(
     ``httpx2`` for openai 3.x, ``httpx`` before) from the same arguments (TLS
     and connection settings among ``openai_kwargs`` go there), unless
     ``openai_kwargs`` holds an ``http_client``, which is then used as given
-    (with connection settings or a ``flavor`` too: ``TypeError``); its
+    (with connection settings, ``on_stats`` or a ``flavor`` too: ``TypeError``); its
     policy and interrupt are then the ones its factory recorded, unless given
     here. The SDK's ``timeout`` defaults to one that never undercuts the
     watchdog's budgets; everything else, ``max_retries`` included, goes to
@@ -81,6 +83,7 @@ def openai_client_for(
     takes no httpx2 client) raises its ``TypeError``; a client built here
     does not leak. ``stream_chat_completion`` later streams inline or on a
     worker thread as ``should_stream_inline`` decides for this platform.
+    ``on_stats`` goes to the transport (``WatchdogTransport``).
     """
     import openai
 
@@ -88,7 +91,7 @@ def openai_client_for(
         "openai_client_for",
         openai.OpenAI,
         False,
-        _Choice(platform, api_mode, provider, policy, interrupt, flavor),
+        _Choice(platform, api_mode, provider, policy, interrupt, flavor, on_stats),
         openai_kwargs,
     )
 
@@ -101,6 +104,7 @@ def async_openai_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     flavor: FlavorName | None = None,
+    on_stats: StatsCallback | None = None,
     **openai_kwargs: Any,
 ) -> openai.AsyncOpenAI:
     """An ``openai.AsyncOpenAI`` client for this kind of caller; as ``openai_client_for``.
@@ -116,7 +120,7 @@ def async_openai_client_for(
         "async_openai_client_for",
         openai.AsyncOpenAI,
         True,
-        _Choice(platform, api_mode, provider, policy, interrupt, flavor),
+        _Choice(platform, api_mode, provider, policy, interrupt, flavor, on_stats),
         openai_kwargs,
     )
 
@@ -131,6 +135,7 @@ class _Choice:
     policy: StreamPolicy | None
     interrupt: Interrupt | None
     flavor: object
+    on_stats: StatsCallback | None
 
 
 def _sdk_client(
@@ -155,11 +160,13 @@ def _sdk_client(
             choice.provider,
             choice.policy,
             choice.interrupt,
+            choice.on_stats,
             connection,
         )
-    elif connection:
+    elif connection or choice.on_stats is not None:
+        given_here = sorted(connection) + (["on_stats"] if choice.on_stats is not None else [])
         raise TypeError(
-            f"{factory}() got {', '.join(sorted(connection))} together with"
+            f"{factory}() got {', '.join(given_here)} together with"
             " an http_client: configure the http_client you pass instead"
         )
     elif choice.flavor is not None:

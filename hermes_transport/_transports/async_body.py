@@ -119,6 +119,7 @@ class AsyncWatchedStream(ResumingWatch):
         for chunk in self._take_held():
             yield chunk
         if self._broken is not None:
+            self._ending = self._broken
             await self._aclose()
             self._raise_if_broken()
         if self._whole is not None:
@@ -140,6 +141,7 @@ class AsyncWatchedStream(ResumingWatch):
         except self._attempt.dead as exc:
             # The body is dead: release everything now, since a caller's
             # aiter_raw() (for one) does not close a response that raised.
+            self._ending = exc
             await self._aclose()
             if self._cut_after_done():
                 return
@@ -175,6 +177,7 @@ class AsyncWatchedStream(ResumingWatch):
             outcome = await self._resume_or_fail(failure)
             if outcome is None:
                 continue
+            self._ending = outcome[0] if outcome else None
             await self._aclose()
             if outcome is False:
                 break
@@ -265,7 +268,10 @@ class AsyncWatchedStream(ResumingWatch):
             try:
                 await self._inner.aclose()
             finally:
-                await self._cancel()
+                try:
+                    await self._cancel()
+                finally:
+                    self._report()
 
     async def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.

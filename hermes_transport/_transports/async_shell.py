@@ -28,6 +28,7 @@ from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
@@ -77,12 +78,14 @@ class AsyncShell(Shell[_AsyncInner]):
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
         http_transport_kwargs: dict[str, Any],
+        on_stats: StatsCallback | None = None,
     ) -> None:
         flavor = self._flavor
         self._configure(
             inner,
             policy,
             interrupt,
+            on_stats,
             http_transport_kwargs,
             flavor.http.AsyncHTTPTransport,
             flavor.core.AsyncConnectionPool,
@@ -91,7 +94,9 @@ class AsyncShell(Shell[_AsyncInner]):
 
     async def _handle(self, request: Any) -> Any:
         flavor = self._flavor
-        exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
+        exchange = Exchange(
+            request, flavor, self._policy, self._interrupt, bound_interrupts(), self._on_stats
+        )
         watcher = loop_watchdog()
         while True:
             guard, attempt = exchange.begin(watcher.arm, self._sockets_reachable)
@@ -109,6 +114,7 @@ class AsyncShell(Shell[_AsyncInner]):
                     if exchange.backoff:
                         await _pause(exchange.backoff, exchange.tokens, watcher)
                     continue
+                exchange.gave_up(error)
                 if error is exc:
                     raise
                 cause = shown_cause(exc)
@@ -135,6 +141,7 @@ class AsyncShell(Shell[_AsyncInner]):
             # where no socket is attached, a kill cancels it.
             with cancellable(guard, watcher) as scope:
                 response = await self._inner.handle_async_request(request)
+                exchange.answered(response, guard)
                 try:
                     meter = exchange.meter_for(response, guard)
                     if not self._sockets_reachable:
@@ -145,7 +152,7 @@ class AsyncShell(Shell[_AsyncInner]):
                         guard,
                         attempt,
                         meter,
-                        self._policy.stale_budget,
+                        exchange.budgets.stale,
                         exchange,
                         lambda request, guard: sent(
                             self._inner.handle_async_request,
@@ -172,6 +179,7 @@ class AsyncShell(Shell[_AsyncInner]):
         finally:
             current_guard.reset(context)
         assert stream is not None
+        stream.hand_over(response.extensions)
         return rebuilt(response, stream)
 
     async def aclose(self) -> None:

@@ -16,6 +16,7 @@ from .._core.contexts import ClientProfile, should_stream_inline
 from .._core.flavor import Flavor
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .shell import Shell
 
 __all__ = [
@@ -59,8 +60,7 @@ BUDGET_MARGIN = 5.0
 def default_timeout(policy: StreamPolicy, flavor: Flavor) -> Any:
     """The SDK's default timeout (the flavor's ``Timeout``), raised where it would
     undercut the watchdog."""
-    budgets = [b for b in (policy.stale_budget, policy.first_event_budget) if b is not None]
-    longest = max([SDK_TIMEOUT, *(b + BUDGET_MARGIN for b in budgets)])
+    longest = max(SDK_TIMEOUT, policy.longest_budget + BUDGET_MARGIN)
     return flavor.http.Timeout(longest, connect=SDK_CONNECT_TIMEOUT)
 
 
@@ -98,14 +98,21 @@ class ClientFactory:
         provider: str | None,
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
+        on_stats: StatsCallback | None,
         client_kwargs: dict[str, Any],
     ) -> Any:
-        """An http client (async: an async one) over the flavor's watchdog transport."""
+        """An http client (async: an async one) over the flavor's watchdog transport;
+        ``on_stats`` is given every stream's statistics."""
         profile = profile_for(platform, api_mode, provider, policy, interrupt)
-        return self._client(factory, is_async, profile, client_kwargs)
+        return self._client(factory, is_async, profile, client_kwargs, on_stats)
 
     def _client(
-        self, factory: str, is_async: bool, profile: ClientProfile, client_kwargs: dict[str, Any]
+        self,
+        factory: str,
+        is_async: bool,
+        profile: ClientProfile,
+        client_kwargs: dict[str, Any],
+        on_stats: StatsCallback | None = None,
     ) -> Any:
         for name in ("transport", "mounts", "app"):
             if name in client_kwargs:
@@ -126,17 +133,25 @@ class ClientFactory:
         if "trust_env" in transport_kwargs:
             client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
         transport_class = self.async_transport if is_async else self.sync_transport
-        transport = transport_class(policy=policy, interrupt=interrupt, **transport_kwargs)
+        transport = transport_class(
+            policy=policy, interrupt=interrupt, on_stats=on_stats, **transport_kwargs
+        )
         client_kwargs.setdefault("timeout", default_timeout(policy, self.flavor))
         client_kwargs.setdefault("follow_redirects", True)
-        mounts = self._environment_proxy_mounts(transport_class, profile, transport_kwargs)
+        mounts = self._environment_proxy_mounts(
+            transport_class, profile, transport_kwargs, on_stats
+        )
         client_class = http.AsyncClient if is_async else http.Client
         client = client_class(transport=transport, mounts=mounts, **client_kwargs)
         record_profile(client, profile)
         return client
 
     def _environment_proxy_mounts(
-        self, transport_class: type[Any], profile: ClientProfile, transport_kwargs: dict[str, Any]
+        self,
+        transport_class: type[Any],
+        profile: ClientProfile,
+        transport_kwargs: dict[str, Any],
+        on_stats: StatsCallback | None,
     ) -> dict[str, Any] | None:
         """Watchdog transports for HTTP(S)_PROXY / ALL_PROXY / NO_PROXY, as httpx would mount.
 
@@ -153,7 +168,11 @@ class ClientFactory:
             pattern: None
             if url is None
             else transport_class(
-                policy=profile.policy, interrupt=profile.interrupt, proxy=url, **transport_kwargs
+                policy=profile.policy,
+                interrupt=profile.interrupt,
+                on_stats=on_stats,
+                proxy=url,
+                **transport_kwargs,
             )
             for pattern, url in proxies.items()
         }

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from .._core.flavor import Flavor, library_of, runs_on
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._io.backend import refuse_http2, track_sockets
 
 __all__ = ["Shell", "check_settings"]
@@ -76,6 +77,7 @@ class Shell(Generic[_Inner]):
     _inner: _Inner
     _policy: StreamPolicy
     _interrupt: Interrupt | None
+    _on_stats: StatsCallback | None
     _sockets_reachable: bool
 
     def _configure(
@@ -83,6 +85,7 @@ class Shell(Generic[_Inner]):
         inner: _Inner | None,
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
+        on_stats: StatsCallback | None,
         settings: dict[str, Any],
         http_transport: type[Any],
         pool: type[Any],
@@ -96,7 +99,13 @@ class Shell(Generic[_Inner]):
         self._sockets_reachable = track_sockets(
             self._inner, http_transport, pool, tracking_backend, name
         )
+        if on_stats is not None and not callable(on_stats):
+            raise TypeError(
+                f"{name}: on_stats must be a callable taking a StreamStats, or None;"
+                f" got {on_stats!r}"
+            )
         self._interrupt = interrupt
+        self._on_stats = on_stats
         self._policy = policy if policy is not None else StreamPolicy.from_env()
 
     @property

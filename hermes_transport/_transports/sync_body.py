@@ -96,6 +96,7 @@ class WatchedStream(ResumingWatch):
     def _iterate(self) -> Generator[bytes, None, None]:
         yield from self._take_held()
         if self._broken is not None:
+            self._ending = self._broken
             self._close()
             self._raise_if_broken()
         if self._whole is not None:
@@ -113,6 +114,7 @@ class WatchedStream(ResumingWatch):
         except self._attempt.dead as exc:
             # The body is dead: release everything now, on this thread, since a
             # caller's iter_raw() (for one) does not close a response that raised.
+            self._ending = exc
             self._close()
             if self._cut_after_done():
                 return
@@ -146,6 +148,7 @@ class WatchedStream(ResumingWatch):
             outcome = self._resume_or_fail(failure)
             if outcome is None:
                 continue
+            self._ending = outcome[0] if outcome else None
             self._close()
             if outcome is False:
                 break
@@ -232,7 +235,10 @@ class WatchedStream(ResumingWatch):
             try:
                 self._inner.close()
             finally:
-                self._cancel()
+                try:
+                    self._cancel()
+                finally:
+                    self._report()
 
     def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.

@@ -21,6 +21,7 @@ from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
+from .._core.stats import StatsCallback
 from .._io.backend import TrackingBackend, reach_untracked
 from .._io.watchdog import watchdog
 from .shell import Shell
@@ -64,12 +65,14 @@ class SyncShell(Shell[_SyncInner]):
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
         http_transport_kwargs: dict[str, Any],
+        on_stats: StatsCallback | None = None,
     ) -> None:
         flavor = self._flavor
         self._configure(
             inner,
             policy,
             interrupt,
+            on_stats,
             http_transport_kwargs,
             flavor.http.HTTPTransport,
             flavor.core.ConnectionPool,
@@ -78,7 +81,9 @@ class SyncShell(Shell[_SyncInner]):
 
     def _handle(self, request: Any) -> Any:
         flavor = self._flavor
-        exchange = Exchange(request, flavor, self._policy, self._interrupt, bound_interrupts())
+        exchange = Exchange(
+            request, flavor, self._policy, self._interrupt, bound_interrupts(), self._on_stats
+        )
         while True:
             guard, attempt = exchange.begin(watchdog.arm, self._sockets_reachable)
             watchdog.arm(guard)
@@ -93,6 +98,7 @@ class SyncShell(Shell[_SyncInner]):
                     if exchange.backoff:
                         _pause(exchange.backoff, exchange.tokens)
                     continue
+                exchange.gave_up(error)
                 if error is exc:
                     raise
                 cause = shown_cause(exc)
@@ -120,6 +126,7 @@ class SyncShell(Shell[_SyncInner]):
 
     def _send(self, request: Any, guard: Guard, attempt: Attempt, exchange: Exchange) -> Any:
         response = self._sent(request, guard)
+        exchange.answered(response, guard)
         try:
             meter = exchange.meter_for(response, guard)
             body = concrete(WatchedStream, self._flavor.http.SyncByteStream)
@@ -128,7 +135,7 @@ class SyncShell(Shell[_SyncInner]):
                 guard,
                 attempt,
                 meter,
-                self._policy.stale_budget,
+                exchange.budgets.stale,
                 exchange,
                 self._sent,
                 self._sockets_reachable,
@@ -142,6 +149,7 @@ class SyncShell(Shell[_SyncInner]):
         except BaseException:
             stream.close()
             raise
+        stream.hand_over(response.extensions)
         return rebuilt(response, stream)
 
     def close(self) -> None:

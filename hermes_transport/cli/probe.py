@@ -8,7 +8,11 @@ comments, and events of a ``heartbeat_events`` type such as ``event: ping``),
 the largest gap, the total, and a verdict: healthy, stalled (stage and
 budget), interrupted (Ctrl+C) or failed (and what failed). Events are counted
 by the transport's own progress meter (see ``timeline``), so the probe's count
-is the watchdog's. Without ``--base-url`` it probes the embedded ``FaultServer``.
+is the watchdog's. After the timeline come the transport's own ``StreamStats``
+(its ``on_stats``), the numbers an application gets from the same callback, and
+``--json`` carries them as ``"stats"``. The budgets shown are the ones the call
+got (``StreamPolicy.budgets_for`` the model and body sent, as the transport
+fits them). Without ``--base-url`` it probes the embedded ``FaultServer``.
 
 This module owns the run itself: the request, reading the stream, the verdict
 and the report; ``options`` parses the command line, ``timeline`` observes,
@@ -35,22 +39,26 @@ from typing import Any, TextIO
 
 import httpx
 
+from .._core.budgets import CallBudgets
 from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
 from .._core.stages import words_for
+from .._core.stats import StreamStats
 from .._flavors.httpx import http_client_for
 from .._transports.builder import BUDGET_MARGIN
 from ..testing import FaultServer
 from .console import Console, CtrlC, Ticker
 from .options import SCENARIOS, ProbeOptions, options_from
 from .redact import Redactor
-from .timeline import Timeline, budget_text
+from .statistics import statistics_lines, stats_json
+from .timeline import Timeline
 
 __all__ = ["EXIT_FAILED", "EXIT_HEALTHY", "EXIT_INTERRUPTED", "Verdict", "probe", "run"]
 
 EXIT_HEALTHY, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ERROR_BODY_LIMIT = 2000  # bytes of an error response read for its message
 ERROR_TEXT_LIMIT = 200  # characters shown of an error body that has no JSON message
+STATS_ERROR_LIMIT = 200  # characters shown of the statistics' error
 
 
 @dataclass(frozen=True)
@@ -87,51 +95,67 @@ def probe(options: ProbeOptions, out: TextIO, err: TextIO) -> int:
     """
     token = Interrupt()
     console = Console(out, err, lines=not options.as_json, secret=options.api_key)
+    body = _body(options)
+    # What the transport gives this call: the policy fitted to the model and body sent.
+    budgets = options.policy.budgets_for(options.model, len(body))
+    reported: list[StreamStats] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(CtrlC(token))
         base_url = options.base_url
         if base_url is None:
-            base_url = stack.enter_context(_embedded(options)).base_url
+            base_url = stack.enter_context(_embedded(options, budgets)).base_url
         client = stack.enter_context(
             http_client_for(
                 None,
                 policy=options.policy,
                 interrupt=token,
+                on_stats=reported.append,
                 # A proxy from the environment has no business with a loopback server.
                 trust_env=options.base_url is not None,
             )
         )
-        request = _request(client, base_url, options)
-        console.line(_heading(request, options))
+        request = _request(client, base_url, options, body)
+        console.line(_heading(request, options, budgets))
         timeline = Timeline(
-            options.gap, console, options.policy.heartbeats_for("chat_completions")
+            options.gap, console, options.policy.heartbeats_for("chat_completions"), budgets
         )
         request.extensions["trace"] = timeline.trace
         with Ticker(console, timeline, options.policy):
             verdict = _stream(client, request, timeline, token)
         total = timeline.finish()
-    _report(console, options, request, timeline, verdict, total)
+    # Called once, by the time the response is closed (on this thread).
+    stats = reported[-1] if reported else None
+    _report(console, options, request, timeline, verdict, total, budgets, stats)
     return verdict.exit_code
 
 
-def _embedded(options: ProbeOptions) -> FaultServer:
+def _embedded(options: ProbeOptions, budgets: CallBudgets) -> FaultServer:
     assert options.scenario is not None
-    budgets = [b for b in (options.policy.first_event_budget, options.policy.stale_budget) if b]
+    seconds = [b for b in (budgets.first_event, budgets.stale) if b]
     # The server holds a stall past every budget, so the watchdog is what ends it.
-    hold = max(budgets, default=0.0) + BUDGET_MARGIN
+    hold = max(seconds, default=0.0) + BUDGET_MARGIN
     return FaultServer(replace(SCENARIOS[options.scenario], hold=hold))
 
 
-def _request(client: httpx.Client, base_url: str, options: ProbeOptions) -> httpx.Request:
-    base = httpx.URL(base_url)
-    url = base.copy_with(path=base.path.rstrip("/") + "/chat/completions")  # query kept
-    headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+def _body(options: ProbeOptions) -> bytes:
+    """The request body, encoded here so that its size (for the budgets) is the one sent."""
     body = {
         "model": options.model,
         "messages": [{"role": "user", "content": options.prompt}],
         "stream": True,
     }
-    return client.build_request("POST", url, json=body, headers=headers)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _request(
+    client: httpx.Client, base_url: str, options: ProbeOptions, body: bytes
+) -> httpx.Request:
+    base = httpx.URL(base_url)
+    url = base.copy_with(path=base.path.rstrip("/") + "/chat/completions")  # query kept
+    headers = {"Content-Type": "application/json"}
+    if options.api_key:
+        headers["Authorization"] = f"Bearer {options.api_key}"
+    return client.build_request("POST", url, content=body, headers=headers)
 
 
 def _shown_url(url: httpx.URL) -> str:
@@ -139,16 +163,14 @@ def _shown_url(url: httpx.URL) -> str:
     return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
 
 
-def _heading(request: httpx.Request, options: ProbeOptions) -> str:
-    policy = options.policy
+def _heading(request: httpx.Request, options: ProbeOptions, budgets: CallBudgets) -> str:
     server = (
         "" if options.base_url is not None else f" | embedded fault server, {options.scenario}"
     )
     key = f"key from ${options.api_key_env}" if options.api_key_env else "no API key"
     return (
         f"probe: POST {_shown_url(request.url)} | model {options.model} | {key}{server}\n"
-        f"budgets: first event {budget_text(policy.first_event_budget)},"
-        f" stale {budget_text(policy.stale_budget)} | gaps over {options.gap:g} s listed"
+        f"budgets: {budgets} | gaps over {options.gap:g} s listed"
     )
 
 
@@ -272,9 +294,13 @@ def _report(
     timeline: Timeline,
     verdict: Verdict,
     total: float,
+    budgets: CallBudgets,
+    stats: StreamStats | None,
 ) -> None:
     largest = timeline.largest_gap
     if not options.as_json:
+        for line in statistics_lines(stats, console.redact, STATS_ERROR_LIMIT):
+            console.write(line)
         gap = (
             "none"
             if largest is None
@@ -289,7 +315,6 @@ def _report(
             f" largest gap {gap}, total {total:.3f} s"
         )
         return
-    policy = options.policy
     report = {
         "verdict": verdict.kind,
         "detail": verdict.detail,
@@ -300,8 +325,8 @@ def _report(
         "scenario": options.scenario,
         "api_key_env": options.api_key_env,
         "budgets": {
-            "first_event": policy.first_event_budget,
-            "stale": policy.stale_budget,
+            "first_event": budgets.first_event,
+            "stale": budgets.stale,
             "gap": options.gap,
         },
         "status": timeline.status,
@@ -314,6 +339,7 @@ def _report(
         "total": round(total, 4),
         "stall": verdict.stall,
         "timeline": [mark.as_json() for mark in sorted(timeline.marks, key=lambda m: m.at)],
+        "stats": stats_json(stats),
     }
     console.write(console.redact.json(report))
 

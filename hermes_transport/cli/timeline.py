@@ -18,6 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core.budgets import CallBudgets
 from .._core.policy import StreamPolicy
 from .._core.progress import ProgressMeter
 from .._core.sse import SSEScanner
@@ -61,11 +62,20 @@ class Timeline:
     without a lock (single attribute reads, so at worst one tick stale).
     ``events`` counts progress events as the transport's ``ProgressMeter``
     does; ``heartbeats`` the data events of a ``heartbeat_events`` type, which
-    are keepalives like ``comments``.
+    are keepalives like ``comments``. ``budgets`` are the call's (the
+    policy's fitted to the request, ``StreamPolicy.budgets_for``): the live
+    line waits against them, and against the policy's own when not given.
     """
 
-    def __init__(self, gap: float, console: Console, heartbeat_events: Collection[str]) -> None:
+    def __init__(
+        self,
+        gap: float,
+        console: Console,
+        heartbeat_events: Collection[str],
+        budgets: CallBudgets | None = None,
+    ) -> None:
         self.started = time.monotonic()
+        self.budgets = budgets
         self._gap = gap
         self._console = console
         self.redact = console.redact
@@ -270,13 +280,15 @@ class Timeline:
         return f"; {counts} came meanwhile, and {kinds} are not progress"
 
     def waiting(self, policy: StreamPolicy) -> str:
-        """The live line: how long this wait has lasted, against its budget."""
+        """The live line: how long this wait has lasted, against its budget (the call's)."""
         now = self.now()
+        budgets = self.budgets
         if self.last_event_at is None:
-            what, since, budget = "first event", 0.0, policy.first_event_budget
+            what, since = "first event", 0.0
+            budget = policy.first_event_budget if budgets is None else budgets.first_event
         else:
             what, since = f"event {self.events + 1}", self.last_event_at
-            budget = policy.stale_budget
+            budget = policy.stale_budget if budgets is None else budgets.stale
         heartbeats = f", {self.heartbeats} heartbeats" if self.heartbeats else ""
         return (
             f"waiting {now - since:.1f} s for {what} / budget {budget_text(budget)}"

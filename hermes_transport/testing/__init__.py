@@ -55,6 +55,9 @@ Good to know:
   (or ``stall=Scenario.dropped_after(3)``, a connection reset) faults a background
   creation and serves its resume healthy; nest ``stall_first`` to fault the n-th attempt
   only: ``stall_first(n, stall=stall_first(n - 1, then=fault, stall=Scenario()))``.
+* :attr:`FaultServer.sent` says what was sent for each of the latest requests and when
+  (``time.monotonic()``): the status and headers, each body write (as on the wire, without
+  the chunked framing) and when the server was done, to check a client's timings against.
 * The ``openai`` SDK retries timeouts and 5xx by itself: pass ``max_retries=0`` when a test
   counts requests.
 * Combine fields with :func:`dataclasses.replace`, e.g.
@@ -71,6 +74,7 @@ from .scenarios import (
     TOOL_CALL_NAME,
     RecordedRequest,
     Scenario,
+    SentResponse,
 )
 from .server import FaultServer
 
@@ -83,6 +87,7 @@ __all__ = [
     "FaultServer",
     "RecordedRequest",
     "Scenario",
+    "SentResponse",
 ]
 
 # Shown, documented and pickled under the public name, not the module that defines it.

@@ -36,7 +36,7 @@ from .scenarios import RecordedRequest, Scenario
 from .stream import error_cut
 
 if TYPE_CHECKING:
-    from .server import FaultHTTPServer
+    from .server import FaultHTTPServer, Sending
     from .stream import WireStream
 
 __all__ = ["Handler"]
@@ -54,6 +54,7 @@ class _Body:
 
     def __init__(self, handler: Handler, scenario: Scenario, *, chunked: bool) -> None:
         self._wfile: BufferedIOBase = handler.wfile
+        self._sent = handler.sent
         self._stopping = handler.server.fault._stopping
         self._scenario, self._chunked = scenario, chunked
         self._zip = zlib.compressobj(wbits=31) if chunked and scenario.gzip else None
@@ -77,6 +78,7 @@ class _Body:
             if offset and scenario.byte_delay and self._stopping.wait(scenario.byte_delay):
                 raise _Abort
             piece = data[offset : offset + step]
+            self._sent.wrote(piece)
             self._wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if self._chunked else piece)
             self._wfile.flush()
 
@@ -87,6 +89,7 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
     disable_nagle_algorithm = True  # every event leaves at once, so client timings are real
     server: FaultHTTPServer
+    sent: Sending  # what is sent for the current request
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # no access log on the test's stderr
@@ -99,6 +102,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         request = fault._record(self, body, arrived)
+        self.sent = fault._sending(request)
         try:
             route = responses_route(request.method, request.path)
             if request.attempt >= 0:
@@ -110,6 +114,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_json(404, chat_error(404, message), Scenario())
         except (_Abort, OSError):
             self.close_connection = True
+        finally:
+            self.sent.ended()
 
     do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
 
@@ -179,6 +185,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         if scenario.gzip:
             self.send_header("Content-Encoding", "gzip")
+        self.sent.headers(200)
         self.end_headers()
         try:
             self._play(scenario, wire, _Body(self, scenario, chunked=True))
@@ -290,6 +297,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if scenario.gzip:
             self.send_header("Content-Encoding", "gzip")
+        self.sent.headers(status)
         self.end_headers()
         _Body(self, scenario, chunked=False).send(data)
 

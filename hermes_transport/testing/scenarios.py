@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "CHAT_COMPLETIONS_PATH",
+    "SENT_LIMIT",
+    "SENT_WRITES_LIMIT",
     "TOOL_CALL_ARGUMENTS",
     "TOOL_CALL_NAME",
     "RecordedRequest",
     "Scenario",
+    "SentResponse",
     "tool_call_pieces",
 ]
 
@@ -32,6 +35,12 @@ def tool_call_pieces() -> list[str]:
     """:data:`TOOL_CALL_ARGUMENTS` in the 8-character pieces that streams send."""
     return [TOOL_CALL_ARGUMENTS[i : i + 8] for i in range(0, len(TOOL_CALL_ARGUMENTS), 8)]
 
+
+#: How many responses :attr:`FaultServer.sent <hermes_transport.testing.FaultServer.sent>`
+#: keeps: the latest ones.
+SENT_LIMIT = 1000
+#: How many writes a :class:`SentResponse` keeps: the first ones (all are counted).
+SENT_WRITES_LIMIT = 10_000
 
 _ERROR_MESSAGE = "The server had an error while processing your request."
 _NON_NEGATIVE: tuple[str, ...] = ("hold", "byte_delay", "event_interval", "json_delay")
@@ -60,6 +69,28 @@ class RecordedRequest:
     stream: bool | None
     time: float
     attempt: int
+
+
+@dataclass(frozen=True)
+class SentResponse:
+    """What the server sent in answer to one request, as of when it was read.
+
+    Times are :func:`time.monotonic`, each taken just before the write it times (so no
+    client can have read those bytes earlier). ``status`` and ``headers_at``: the status
+    line and headers (None: none sent yet, e.g. a stall before the headers); ``writes``:
+    each write of body bytes with its time, in order, the bytes as they went on the wire
+    (compressed with ``gzip``) without the chunked framing, the first
+    :data:`SENT_WRITES_LIMIT` only; ``body_bytes``: all the body bytes written, kept in
+    ``writes`` or not; ``ended_at``: when the server was done with the request, however it
+    ended (None while it is still answering it).
+    """
+
+    request: RecordedRequest
+    status: int | None = None
+    headers_at: float | None = None
+    writes: tuple[tuple[float, bytes], ...] = ()
+    body_bytes: int = 0
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ own with the request handler.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -14,6 +15,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from http.server import HTTPServer
 from socketserver import TCPServer
 from typing import Any
@@ -23,10 +25,17 @@ from .background import is_resume
 from .handler import Handler
 from .messages import MESSAGES_PATH
 from .responses import RESPONSES_PATH
-from .scenarios import CHAT_COMPLETIONS_PATH, RecordedRequest, Scenario
+from .scenarios import (
+    CHAT_COMPLETIONS_PATH,
+    SENT_LIMIT,
+    SENT_WRITES_LIMIT,
+    RecordedRequest,
+    Scenario,
+    SentResponse,
+)
 from .store import ResponseStore
 
-__all__ = ["FaultHTTPServer", "FaultServer"]
+__all__ = ["FaultHTTPServer", "FaultServer", "Sending"]
 
 _CREATE_PATHS = (CHAT_COMPLETIONS_PATH, MESSAGES_PATH, RESPONSES_PATH)
 
@@ -61,6 +70,8 @@ class FaultServer:
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
+        self._sent_lock = threading.Lock()  # its own: taken on every write
+        self._sent: collections.deque[Sending] = collections.deque(maxlen=SENT_LIMIT)
         self._attempts = 0
         self._connections_opened = 0
         self._sockets: set[socket.socket] = set()
@@ -113,6 +124,13 @@ class FaultServer:
         """A copy of the requests received so far, in arrival order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def sent(self) -> list[SentResponse]:
+        """What the server sent for each of the latest :data:`SENT_LIMIT` requests, in
+        arrival order (a snapshot: a response still being answered has more to come)."""
+        with self._sent_lock:
+            return [sending.snapshot() for sending in self._sent]
 
     @property
     def connections_opened(self) -> int:
@@ -205,6 +223,57 @@ class FaultServer:
             self._requests.append(request)
             self._recorded.notify_all()
         return request
+
+    def _sending(self, request: RecordedRequest) -> Sending:
+        """The record of what is sent for ``request``, kept from now on."""
+        sending = Sending(request, self._sent_lock)
+        with self._sent_lock:
+            self._sent.append(sending)
+        return sending
+
+
+class Sending:
+    """The growing record of one response, written by its handler's thread: see
+    :class:`SentResponse`, its snapshot."""
+
+    def __init__(self, request: RecordedRequest, lock: threading.Lock) -> None:
+        self._request, self._lock = request, lock
+        self._status: int | None = None
+        self._headers_at: float | None = None
+        self._writes: list[tuple[float, bytes]] = []
+        self._body_bytes = 0
+        self._ended_at: float | None = None
+
+    def headers(self, status: int) -> None:
+        """The status line and headers are about to be written."""
+        now = time.monotonic()
+        with self._lock:
+            self._status, self._headers_at = status, now
+
+    def wrote(self, data: bytes) -> None:
+        """Body bytes ``data`` are about to be written."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._writes) < SENT_WRITES_LIMIT:
+                self._writes.append((now, data))
+            self._body_bytes += len(data)
+
+    def ended(self) -> None:
+        """The server is done with the request."""
+        now = time.monotonic()
+        with self._lock:
+            self._ended_at = now
+
+    def snapshot(self) -> SentResponse:
+        """What was sent so far (call with the lock held)."""
+        return SentResponse(
+            request=self._request,
+            status=self._status,
+            headers_at=self._headers_at,
+            writes=tuple(self._writes),
+            body_bytes=self._body_bytes,
+            ended_at=self._ended_at,
+        )
 
 
 class FaultHTTPServer(HTTPServer):

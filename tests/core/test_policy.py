@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hermes_transport import StreamStalled
+from hermes_transport import BudgetRules, DefaultSeconds, StreamStalled
 from hermes_transport._core.policy import MAX_SECONDS, StreamPolicy
 from hermes_transport._core.wires import WIRES
 from hermes_transport.testing import FaultServer, Scenario
@@ -232,7 +232,8 @@ def test_a_policy_repr_evaluates_back_to_an_equal_policy() -> None:
         StreamPolicy(stale_timeout=None, first_event_timeout=5.0, retries=0),
         StreamPolicy(stale_timeout=30.0, first_event_timeout=None, heartbeat_events=frozenset()),
     ):
-        assert eval(repr(policy), {"StreamPolicy": StreamPolicy}) == policy
+        names = {"StreamPolicy": StreamPolicy, "DefaultSeconds": DefaultSeconds}
+        assert eval(repr(policy), {**names, "BudgetRules": BudgetRules}) == policy
 
 
 def test_the_sentinel_is_one_object_reachable_from_class_and_instances() -> None:

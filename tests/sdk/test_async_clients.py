@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from hermes_transport import (
+    DefaultSeconds,
     Interrupt,
     StreamPolicy,
     StreamStalled,
@@ -227,10 +228,11 @@ async def test_proxied_streams_are_watched(
         (60.0, 1200.0, 1205.0),
         (None, None, 600.0),
         (30.0, float("inf"), 600.0),
+        (DefaultSeconds(180.0), StreamPolicy.SAME_AS_STALE, 605.0),  # the rules' 600 s
     ],
 )
 async def test_default_timeouts_never_undercut_the_watchdog(
-    sdk_flavor: Flavor, stale: float | None, first: float | None, read: float
+    sdk_flavor: Flavor, stale: float | None, first: Any, read: float
 ) -> None:
     """Socket timeouts default to the SDK's, raised above the watchdog's budgets so it fires first."""
     policy = StreamPolicy(stale_timeout=stale, first_event_timeout=first)

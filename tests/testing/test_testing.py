@@ -262,6 +262,7 @@ def _http_chunk_sizes(server: FaultServer) -> list[int]:
     return sizes
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_write_size_coalesces_events_into_fewer_writes(server: FaultServer) -> None:
     """write_size=N sends the events in HTTP chunks of at least N bytes (the last may be less)."""
     content = tuple(f"piece {i}" for i in range(500))
@@ -275,6 +276,7 @@ def test_write_size_coalesces_events_into_fewer_writes(server: FaultServer) -> N
     assert min(coalesced[:-1]) >= 16 * 1024
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_linger_after_done_delays_the_end_of_the_body(server: FaultServer) -> None:
     """[DONE] arrives at once; the end of the body only linger_after_done seconds later."""
     server.scenario = Scenario(linger_after_done=0.5)
@@ -294,6 +296,7 @@ def test_linger_after_done_delays_the_end_of_the_body(server: FaultServer) -> No
     assert ended >= 0.5
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_trickle_arrives_one_byte_per_chunk(server: FaultServer, http: httpx.Client) -> None:
     """trickle writes every body byte as its own HTTP chunk and the stream still parses."""
     server.scenario = Scenario.trickle()
@@ -306,6 +309,7 @@ def test_trickle_arrives_one_byte_per_chunk(server: FaultServer, http: httpx.Cli
     )
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_trickle_delay_spaces_the_bytes(server: FaultServer, http: httpx.Client) -> None:
     """trickle(delay=d) spaces consecutive body bytes at least d seconds apart."""
     server.scenario = dataclasses.replace(
@@ -319,6 +323,7 @@ def test_trickle_delay_spaces_the_bytes(server: FaultServer, http: httpx.Client)
 
 
 @pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_gzip_is_declared_and_decodes(
     server: FaultServer, http: httpx.Client, stream: bool
 ) -> None:
@@ -330,6 +335,7 @@ def test_gzip_is_declared_and_decodes(
     assert response.text.endswith("data: [DONE]\n\n") == stream
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_json_delay_postpones_non_stream_answers(server: FaultServer, http: httpx.Client) -> None:
     """json_delay delays a non-streaming answer but not a streaming one."""
     server.scenario = Scenario(json_delay=0.3)
@@ -347,6 +353,7 @@ def test_json_delay_postpones_non_stream_answers(server: FaultServer, http: http
 @pytest.mark.parametrize(
     ("body", "gzip"), [(STREAM_BODY, False), (JSON_BODY, False), (STREAM_BODY, True)]
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_silent_before_headers_times_out_before_headers(
     server: FaultServer, http: httpx.Client, body: dict[str, Any], gzip: bool
 ) -> None:
@@ -358,6 +365,7 @@ def test_silent_before_headers_times_out_before_headers(
 
 
 @pytest.mark.parametrize(("events", "gzip"), [(0, False), (1, False), (2, True)])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_silent_after_sends_n_events_then_nothing(
     server: FaultServer, http: httpx.Client, events: int, gzip: bool
 ) -> None:
@@ -380,6 +388,7 @@ def test_silent_after_sends_n_events_then_nothing(
     ],
     ids=["plain", "gzip-crlf"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_comments_after_keeps_sending_comments(
     server: FaultServer, http: httpx.Client, scenario: Scenario
 ) -> None:
@@ -407,6 +416,7 @@ def test_comments_after_keeps_sending_comments(
     ],
     ids=["before-headers", "after-events", "comments"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_hold_bounds_every_stall(server: FaultServer, scenario: Scenario) -> None:
     """When hold runs out the server hangs up without completing the response."""
     server.scenario = scenario
@@ -421,6 +431,7 @@ def test_hold_bounds_every_stall(server: FaultServer, scenario: Scenario) -> Non
     [None, Scenario.silent_after(1), Scenario.error(500)],
     ids=["default", "silent-after-1", "error"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stall_first_stalls_only_the_first_attempts(
     server: FaultServer, stall: Scenario | None
 ) -> None:
@@ -446,6 +457,7 @@ def test_stall_first_stalls_only_the_first_attempts(
 
 
 @pytest.mark.parametrize("events", [0, 1, 3, 4, 10])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_truncated_raises_protocol_error(
     server: FaultServer, http: httpx.Client, events: int
 ) -> None:
@@ -474,6 +486,7 @@ def test_truncated_raises_protocol_error(
     ],
     ids=["json", "stream", "gzip-stream", "error", "truncated"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_keep_alive_reuses_connections_after_complete_bodies(
     server: FaultServer,
     http: httpx.Client,
@@ -490,6 +503,7 @@ def test_keep_alive_reuses_connections_after_complete_bodies(
     assert server.connections_opened == connections
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_other_paths_get_404_and_do_not_count_as_attempts(
     server: FaultServer, http: httpx.Client
 ) -> None:
@@ -504,6 +518,7 @@ def test_other_paths_get_404_and_do_not_count_as_attempts(
     ]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_requests_are_recorded_faithfully(server: FaultServer, http: httpx.Client) -> None:
     """Recorded requests keep lower-cased headers, raw body, parsed JSON and stream flag."""
     http.post(chat_url(server), content=b"not json", headers={"X-Trace": "abc"})
@@ -522,6 +537,7 @@ def test_requests_are_recorded_faithfully(server: FaultServer, http: httpx.Clien
         first.attempt = 5  # type: ignore[misc]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_scenario_can_be_swapped_between_requests(server: FaultServer, http: httpx.Client) -> None:
     """Each request is answered by the scenario current when it arrives."""
     server.scenario = Scenario.error(503)
@@ -533,6 +549,7 @@ def test_scenario_can_be_swapped_between_requests(server: FaultServer, http: htt
         server.scenario = "healthy"  # type: ignore[assignment]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_wait_for_requests(server: FaultServer) -> None:
     """wait_for_requests returns True once n requests arrived and False on timeout."""
     assert not server.wait_for_requests(1, timeout=0.1)
@@ -543,6 +560,7 @@ def test_wait_for_requests(server: FaultServer) -> None:
     assert not server.wait_for_requests(2, timeout=0.1)
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_lifecycle_errors() -> None:
     """base_url needs a started server, a server starts once, and stop() is idempotent."""
     fault_server = FaultServer()
@@ -615,6 +633,7 @@ def test_stop_is_prompt_with_stalled_clients(scenario: Scenario) -> None:
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stop_closes_idle_keep_alive_connections() -> None:
     """stop() also ends handlers waiting for the next request on a kept-alive connection."""
     baseline = set(threading.enumerate())
@@ -638,6 +657,7 @@ def test_stop_closes_idle_keep_alive_connections() -> None:
     ],
     ids=["comments", "trickle", "silent", "slow"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_client_disconnect_mid_stream_is_quiet(
     scenario: Scenario, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -696,6 +716,7 @@ def test_tls_serves_the_sdk(
     assert text == "hello world"
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     """Over TLS a stall is a stall, and stop() also ends a never-finished handshake."""
     baseline = set(threading.enumerate())
@@ -767,6 +788,7 @@ def test_tls_silent_after_and_stop(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -
         (lambda: Scenario(error_event="x", truncate_after_events=1), "error_event"),
     ],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_scenario_validation_names_the_field(make: Callable[[], Scenario], field: str) -> None:
     """Invalid Scenario fields raise ValueError naming the offending field."""
     with pytest.raises(ValueError, match=rf"Scenario\.{field}\b"):
@@ -783,6 +805,7 @@ def test_scenario_validation_names_the_field(make: Callable[[], Scenario], field
         (99, Scenario.healthy(gzip=True)),
     ],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stall_first_composes(attempt: int, expected: Scenario) -> None:
     """stall_first resolves per attempt to `stall` or to the `then` scenario's behaviour."""
     scenario = Scenario.stall_first(
@@ -792,6 +815,7 @@ def test_stall_first_composes(attempt: int, expected: Scenario) -> None:
     assert dataclasses.replace(resolved, stall_attempts=0, stall_scenario=None) == expected
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_scenario_is_hashable_and_accepts_lists() -> None:
     """Scenarios are frozen and hashable; list content is stored as a tuple."""
     scenario = Scenario.healthy(content=["a", "b"])

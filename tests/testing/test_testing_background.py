@@ -109,6 +109,7 @@ def test_a_background_resume_gives_exactly_the_remaining_events(
     ids=["plain", "crlf", "tool", "gzip", "thinking", "error", "response-failed"],
 )
 @pytest.mark.parametrize("after", [-1, 2, 5])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_resume_sends_the_same_bytes_as_the_creating_stream(
     server: FaultServer, scenario: Scenario, after: int
 ) -> None:
@@ -123,6 +124,7 @@ def test_a_resume_sends_the_same_bytes_as_the_creating_stream(
     assert resumed == [b for b in created if number(b) > after]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_background_keepalives_repeat_the_number_before_them(server: FaultServer) -> None:
     """Keepalives of a thinking background stream carry the number of the event before them, so the stored numbering never shifts."""
     server.scenario = Scenario.thinking(0.2, keepalive_interval=0.05)
@@ -186,6 +188,7 @@ def test_a_resume_after_the_window_is_a_bad_request() -> None:
 
 
 @pytest.mark.parametrize("window", [0, -1.0, math.nan, "300", None, True])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_resume_window_must_be_a_positive_number(window: Any) -> None:
     """FaultServer(resume_window=...) refuses anything but a number > 0, naming the argument."""
     with pytest.raises(ValueError, match="resume_window"):
@@ -193,6 +196,7 @@ def test_resume_window_must_be_a_positive_number(window: Any) -> None:
 
 
 @pytest.mark.parametrize("window", [0.01, 1, 300.0, math.inf])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_resume_window_accepts_any_positive_number(window: float) -> None:
     """Any number > 0, infinity included, is a resume window, reported back as a float."""
     assert FaultServer(resume_window=window).resume_window == float(window)
@@ -305,6 +309,7 @@ def test_only_the_second_attempt_is_dropped_with_nested_stall_first(
     ids=["chat", "messages", "responses"],
 )
 @pytest.mark.parametrize("mid_event", [False, True])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_drop_resets_the_connection_mid_body_on_every_wire(
     server: FaultServer, path: str, body: dict[str, Any], mid_event: bool
 ) -> None:
@@ -335,6 +340,7 @@ def test_a_drop_resets_the_connection_mid_body_on_every_wire(
     ],
     ids=["between-events", "mid-event"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_dropped_after_sets_the_documented_fields(made: Scenario, expected: Scenario) -> None:
     """dropped_after() builds the scenario its arguments describe."""
     assert made == expected
@@ -352,6 +358,7 @@ def test_dropped_after_sets_the_documented_fields(made: Scenario, expected: Scen
     ],
     ids=["negative", "mid-without-drop", "and-stall", "and-truncate", "and-silent", "and-error"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_drop_is_validated_like_the_other_faults(fields: dict[str, Any], named: str) -> None:
     """A negative drop, drop_mid_event alone or a drop with another fault raises ValueError naming the field."""
     with pytest.raises(ValueError, match=named):

@@ -196,6 +196,7 @@ def test_a_non_streamed_response_parses_through_the_sdk(
 
 
 @pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_every_responses_event_names_its_type_and_no_done_follows(
     server: FaultServer, crlf: bool
 ) -> None:
@@ -211,6 +212,7 @@ def test_every_responses_event_names_its_type_and_no_done_follows(
     assert "[DONE]" not in [e.data for e in events]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_background_stream_is_queued_after_it_is_created(server: FaultServer) -> None:
     """With background true, response.queued follows response.created, and the response says so."""
     _, events = stream(server, "responses", background=True)
@@ -228,6 +230,7 @@ def test_a_background_stream_is_queued_after_it_is_created(server: FaultServer) 
 
 
 @pytest.mark.parametrize("events", [0, 3, 5])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_responses_keepalives_during_a_stall_are_numbered_events(
     server: FaultServer, events: int
 ) -> None:
@@ -287,6 +290,7 @@ def test_the_stream_helper_resumes_by_id(
     assert numbers == list(range(0 if after is None else after + 1, 11))
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_stalled_stream_resumes_where_it_stopped(server: FaultServer) -> None:
     """After a live background stream stalls with keepalives, a resume from its last number gets the rest of the response, under the scenario then current."""
     server.scenario = dataclasses.replace(Scenario.comments_after(5), hold=0.3)
@@ -367,6 +371,7 @@ def test_a_non_streamed_response_cannot_be_resumed(
 @pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
 @pytest.mark.parametrize("after", [0, 1, 3, 99])
 @pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_an_error_event_follows_the_first_events_and_the_body_ends_cleanly(
     server: FaultServer, wire: str, after: int, crlf: bool
 ) -> None:
@@ -471,6 +476,7 @@ def test_the_anthropic_sdk_raises_an_in_stream_error(
 
 
 @pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stall_first_can_fail_the_first_attempts_in_stream(server: FaultServer, wire: str) -> None:
     """stall_first(2, stall=error_in_stream(...)) fails the first two attempts with an error event and answers the third healthy."""
     server.scenario = Scenario.stall_first(2, stall=Scenario.error_in_stream("overloaded_error"))
@@ -497,6 +503,7 @@ def test_an_error_event_leaves_non_streamed_answers_whole(
 
 @pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
 @pytest.mark.parametrize("interval", [None, 0.05])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_thinking_is_silent_between_the_preamble_and_the_first_output_event(
     server: FaultServer, wire: str, interval: float | None
 ) -> None:
@@ -565,12 +572,14 @@ def test_the_sdks_read_through_thinking_keepalives(
     ],
     ids=["thinking", "thinking-keepalive", "error", "error-after"],
 )
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_the_classmethods_set_the_documented_fields(made: Scenario, expected: Scenario) -> None:
     """thinking() and error_in_stream() build the scenario their arguments describe."""
     assert made == expected
 
 
 @pytest.mark.parametrize("attempt", [0, 1, 2])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stall_first_resolves_an_in_stream_error_per_attempt(attempt: int) -> None:
     """stall_first(2, stall=error_in_stream(kind)) answers attempts 0 and 1 with the error, later ones healthy."""
     scenario = Scenario.stall_first(2, stall=Scenario.error_in_stream("overloaded_error"))

@@ -195,6 +195,7 @@ async def _afetch(client: Any, answered: list[bool]) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_kill_no_io_error_told_raises_a_clean_error(flavor: Flavor, kind: str) -> None:
     """A stall, interrupt or close seen only by the guard raises its public error with no
     cause and no private context."""
@@ -213,6 +214,7 @@ def test_a_kill_no_io_error_told_raises_a_clean_error(flavor: Flavor, kind: str)
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_an_async_kill_no_io_error_told_raises_a_clean_error(
     flavor: Flavor, kind: str
 ) -> None:
@@ -232,6 +234,7 @@ async def test_an_async_kill_no_io_error_told_raises_a_clean_error(
     assert mock.sent == (2 if kind == "first_event_resent" else 1)
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_kill_an_io_error_told_keeps_that_error_as_its_cause(
     flavor: Flavor, server: FaultServer
 ) -> None:

@@ -33,7 +33,7 @@ from hermes_transport._core.body import AFTER_DONE_SECONDS
 from hermes_transport._core.guard import Guard
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import PROMPT, Flavor, chat_body, interrupt_when, redirector
+from _support import FLAVORS, PROMPT, Flavor, chat_body, interrupt_when, redirector
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 BODY = b'data: {"x": 1}\n\n'
@@ -43,6 +43,7 @@ BODY = b'data: {"x": 1}\n\n'
 
 
 @pytest.mark.parametrize("status", [307, 308])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_redirected_streaming_post_is_followed_and_streams(
     flavor: Flavor, server: FaultServer, status: int
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_redirected_streaming_post_is_followed_and_streams(
 
 
 @pytest.mark.parametrize("status", [307, 308])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_redirected_streaming_request_is_still_watched(
     flavor: Flavor, server: FaultServer, status: int
 ) -> None:
@@ -80,6 +82,14 @@ def test_a_redirected_streaming_request_is_still_watched(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+# Each loop once, each flavor once: redirects are the HTTP library's, the same on either loop.
+@pytest.mark.parametrize(
+    ("anyio_backend", "flavor"),
+    [("asyncio", FLAVORS[0]), ("trio", FLAVORS[-1])],
+    indirect=["flavor"],
+    ids=str,
+)
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_async_redirects_behave_as_in_plain_httpx(
     flavor: Flavor, server: FaultServer, status: int
 ) -> None:
@@ -96,6 +106,7 @@ async def test_async_redirects_behave_as_in_plain_httpx(
 
 
 @pytest.mark.parametrize("status", [301, 302, 303])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_sync_redirects_that_drop_the_body_behave_as_in_plain_httpx(
     flavor: Flavor, server: FaultServer, status: int
 ) -> None:
@@ -128,6 +139,7 @@ def test_the_sdk_streams_through_a_redirecting_base_url(
 # --- 6. After [DONE] --------------------------------------------------------------------
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_reading_on_after_done_waits_a_bounded_time_and_ends_cleanly(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -143,6 +155,7 @@ def test_reading_on_after_done_waits_a_bounded_time_and_ends_cleanly(
 
 
 @pytest.mark.anyio
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_async_reading_on_after_done_waits_a_bounded_time_and_ends_cleanly(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -177,6 +190,9 @@ def test_a_complete_answer_is_returned_when_the_server_holds_the_connection_afte
 # --- 9. Waiting for a pooled connection -------------------------------------------------
 
 SLOW = replace(Scenario.healthy(content=("a", "b", "c", "d", "e")), event_interval=0.3)
+# The first request holds the only connection for seconds (SLOW), well past the queued
+# one's first-event budget; the queued one, once it has the connection, streams at once.
+HOLDS_THE_POOL = Scenario.stall_first(1, stall=SLOW, then=Scenario.healthy())
 
 
 @pytest.mark.once  # no SDK, and slow (a pool wait of seconds): newest major only
@@ -184,7 +200,7 @@ def test_a_wait_for_the_pool_is_not_a_stall_of_the_server(
     flavor: Flavor, server: FaultServer
 ) -> None:
     """A request queued behind a full one-connection pool for longer than its first-event budget succeeds."""
-    server.scenario = SLOW
+    server.scenario = HOLDS_THE_POOL
     policy = StreamPolicy(stale_timeout=5.0, first_event_timeout=0.5, retries=0)
     transport = flavor.WatchdogTransport(
         policy=policy, limits=flavor.http.Limits(max_connections=1)
@@ -219,7 +235,7 @@ async def test_async_a_wait_for_the_pool_is_not_a_stall_of_the_server(
     flavor: Flavor, server: FaultServer
 ) -> None:
     """On a loop too, a request waiting for a pooled connection is not cut by its first-event budget."""
-    server.scenario = SLOW
+    server.scenario = HOLDS_THE_POOL
     policy = StreamPolicy(stale_timeout=5.0, first_event_timeout=0.5, retries=0)
     transport = flavor.AsyncWatchdogTransport(
         policy=policy, limits=flavor.http.Limits(max_connections=1)
@@ -238,6 +254,7 @@ async def test_async_a_wait_for_the_pool_is_not_a_stall_of_the_server(
     assert [body.endswith(b"data: [DONE]\n\n") for body in bodies] == [True, True]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_stall_after_the_pool_wait_is_still_caught_at_its_budget(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -258,6 +275,7 @@ def test_a_stall_after_the_pool_wait_is_still_caught_at_its_budget(
 # --- 10. Closing a response from another thread or task ---------------------------------
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_closing_a_response_from_another_thread_returns_and_stops_the_reader(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -293,6 +311,7 @@ def test_closing_a_response_from_another_thread_returns_and_stops_the_reader(
         assert client.post(server.base_url + "/chat/completions", json=chat_body()).is_success
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_body_closed_from_another_thread_between_chunks_does_not_look_complete(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -315,6 +334,7 @@ def test_a_body_closed_from_another_thread_between_chunks_does_not_look_complete
 
 
 @pytest.mark.anyio
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_closing_a_response_from_another_task_returns_and_stops_the_reader(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -450,6 +470,7 @@ _ALIASED = textwrap.dedent(
 )
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_httpx2_inner_transports_are_accepted_under_alias_httpx() -> None:
     """After httpx2.alias_httpx(), an httpx2 inner transport is told by its classes and accepted."""
     pytest.importorskip("httpx2")
@@ -460,6 +481,7 @@ def test_httpx2_inner_transports_are_accepted_under_alias_httpx() -> None:
     assert json.loads(done.stdout) == {"ht2": True, "default": True}
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_an_inner_transport_of_the_other_library_is_still_refused(flavor: Flavor) -> None:
     """Telling libraries apart by class still refuses a transport of the other library."""
     other = "httpx2" if flavor.name == "httpx" else "httpx"
@@ -506,6 +528,7 @@ class _Inner:
         self.calls.append("aclose")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_the_client_context_enters_and_exits_the_inner_transport(flavor: Flavor) -> None:
     """Entering and leaving a client enters and exits a given inner transport, as httpx does its own."""
     inner = _Inner(flavor.http)
@@ -515,6 +538,7 @@ def test_the_client_context_enters_and_exits_the_inner_transport(flavor: Flavor)
 
 
 @pytest.mark.anyio
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_the_async_client_context_enters_and_exits_the_inner_transport(
     flavor: Flavor,
 ) -> None:
@@ -525,6 +549,7 @@ async def test_the_async_client_context_enters_and_exits_the_inner_transport(
     assert inner.calls == ["aenter", "aexit"]
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_an_inner_transport_without_a_context_manager_is_closed_on_exit(flavor: Flavor) -> None:
     """An inner transport with only close() is closed when the client's context ends."""
     inner = flavor.http.MockTransport(lambda request: flavor.http.Response(200))
@@ -536,6 +561,7 @@ def test_an_inner_transport_without_a_context_manager_is_closed_on_exit(flavor: 
 
 
 @pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_the_inner_transports_own_response_object_is_returned(
     flavor: Flavor, streaming: bool
 ) -> None:
@@ -554,6 +580,7 @@ def test_the_inner_transports_own_response_object_is_returned(
 
 
 @pytest.mark.anyio
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_the_async_inner_transports_own_response_object_is_returned(
     flavor: Flavor,
 ) -> None:
@@ -587,6 +614,7 @@ class _Switch:
 
 
 @pytest.mark.parametrize("reaches", [True, False])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_kill_that_cannot_reach_its_socket_falls_back(reaches: bool) -> None:
     """A connection whose socket cannot be shut down makes the guard stop its fallback instead, never nothing."""
     guard = Guard()
@@ -598,6 +626,7 @@ def test_a_kill_that_cannot_reach_its_socket_falls_back(reaches: bool) -> None:
     assert fallback.pulled == (0 if reaches else 1)
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_budget_put_off_until_the_connection_starts_only_then() -> None:
     """A guard whose budget waits for its connection has no deadline until start_budget(), then one armed."""
     guard = Guard()
@@ -705,6 +734,7 @@ def test_a_stall_is_still_cut_after_the_caller_caught_up(
 # --- A body that breaks before its first event ------------------------------------------
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_body_that_breaks_before_its_first_event_fails_the_read_not_the_request(
     flavor: Flavor, server: FaultServer
 ) -> None:

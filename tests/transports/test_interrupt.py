@@ -54,6 +54,7 @@ def _stream(client: Any, base_url: str) -> Any:
 # --- every stage --------------------------------------------------------------------------
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_while_connecting(flavor: Flavor) -> None:
     """A connect() that hangs is aborted by the interrupt."""
     token = Interrupt()
@@ -64,6 +65,7 @@ def test_interrupt_while_connecting(flavor: Flavor) -> None:
     assert_prompt(when, info.value, "connecting")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_during_the_tls_handshake(
     flavor: Flavor, tls: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> None:
@@ -77,6 +79,7 @@ def test_interrupt_during_the_tls_handshake(
     assert_prompt(when, info.value, "connecting")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_while_sending_the_body(
     flavor: Flavor, secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> None:
@@ -91,6 +94,7 @@ def test_interrupt_while_sending_the_body(
     assert_prompt(when, info.value, "sending")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_waiting_for_headers_on_a_new_connection(
     flavor: Flavor, fault: tuple[FaultServer, Endpoint]
 ) -> None:
@@ -107,6 +111,7 @@ def test_interrupt_waiting_for_headers_on_a_new_connection(
     assert len(server.requests) == 1, "an interrupted request was re-sent"
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_waiting_for_headers_on_a_reused_connection(
     flavor: Flavor, fault: tuple[FaultServer, Endpoint]
 ) -> None:
@@ -124,6 +129,7 @@ def test_interrupt_waiting_for_headers_on_a_reused_connection(
 
 
 @pytest.mark.parametrize("scenario", [Scenario.silent_after(1), Scenario.comments_after(1)])
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_mid_stream(
     flavor: Flavor, fault: tuple[FaultServer, Endpoint], scenario: Scenario
 ) -> None:
@@ -143,6 +149,7 @@ def test_interrupt_mid_stream(
     assert_prompt(when, info.value, "mid_stream")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_while_reading_a_non_streaming_body(
     flavor: Flavor, fault: tuple[FaultServer, Endpoint]
 ) -> None:
@@ -165,6 +172,7 @@ def test_interrupt_while_reading_a_non_streaming_body(
 # --- before, after, and who is touched ----------------------------------------------------
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_an_interrupted_token_fails_the_next_call_at_once_and_sends_nothing(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -181,6 +189,7 @@ def test_an_interrupted_token_fails_the_next_call_at_once_and_sends_nothing(
     assert server.requests == []
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_reset_rearms_the_token_for_the_next_turn(flavor: Flavor, server: FaultServer) -> None:
     """After reset() the same token lets requests through again."""
     token = Interrupt()
@@ -195,6 +204,7 @@ def test_reset_rearms_the_token_for_the_next_turn(flavor: Flavor, server: FaultS
     assert b"[DONE]" in body
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_is_idempotent_and_keeps_the_first_reason() -> None:
     """A second interrupt() changes nothing."""
     token = Interrupt()
@@ -204,6 +214,7 @@ def test_interrupt_is_idempotent_and_keeps_the_first_reason() -> None:
     assert token.wait(0)
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_bind_scopes_the_token_to_a_context(flavor: Flavor, server: FaultServer) -> None:
     """Requests inside `with token.bind()` are bound; those outside, or on other threads, are not."""
     server.scenario = Scenario.healthy()
@@ -240,6 +251,7 @@ def test_bind_scopes_the_token_to_a_context(flavor: Flavor, server: FaultServer)
         assert b"[DONE]" in b"".join(_stream(client, server.base_url).iter_raw())
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -256,6 +268,7 @@ def test_interrupt_runs_on_the_interrupting_thread_and_starts_none(
         response.close()
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupts_never_touch_unbound_requests_on_the_same_pool(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -322,6 +335,7 @@ def test_interrupts_never_touch_unbound_requests_on_the_same_pool(
     assert outcomes["bound_interrupted"] > 0
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_hundreds_of_interrupts_leak_no_file_descriptors(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -404,6 +418,7 @@ def test_openai_sdk_mid_stream_interrupt(sdk_flavor: Flavor, server: FaultServer
     assert_prompt(when, info.value, "mid_stream")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_stall_and_interrupt_are_told_apart(flavor: Flavor, server: FaultServer) -> None:
     """A stalled stream raises StreamStalled, not StreamInterrupted, even with a token bound."""
     server.scenario = Scenario.comments_after(1)
@@ -415,6 +430,7 @@ def test_stall_and_interrupt_are_told_apart(flavor: Flavor, server: FaultServer)
     assert not token.interrupted
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupts_are_logged_with_stage_and_reason(
     flavor: Flavor, server: FaultServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -431,6 +447,7 @@ def test_interrupts_are_logged_with_stage_and_reason(
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "hermes_transport")
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_interrupt_without_a_socket_is_raised_when_the_next_bytes_arrive(flavor: Flavor) -> None:
     """With a mocked inner transport, an interrupt surfaces as soon as the next bytes arrive."""
     token = Interrupt()

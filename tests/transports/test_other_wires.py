@@ -266,6 +266,7 @@ def test_a_failed_response_before_any_output_is_re_sent(
     assert len(server.requests) == 2
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_every_event_reaches_the_caller_byte_for_byte(server: FaultServer, flavor: Flavor) -> None:
     """Preamble, keepalives and content arrive through the watchdog as the server sent them."""
     server.scenario = replace(Scenario.thinking(0.3, keepalive_interval=0.05), hold=5.0)

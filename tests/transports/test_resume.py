@@ -20,7 +20,7 @@ import pytest
 from hermes_transport import StreamPolicy, StreamStalled
 from hermes_transport.testing import RESPONSES_PATH, FaultServer, Scenario
 
-from _support import RESPONSE_EVENTS, Flavor, build_responses_models
+from _support import RESPONSE_EVENTS, SDK_FLAVORS, Flavor, build_responses_models
 
 RESPONSE: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
 # The (type, sequence_number) of every event of a healthy background stream, 0 to 10.
@@ -239,6 +239,14 @@ def test_a_body_that_dies_before_the_response_is_named_fails_as_before(
 @pytest.mark.anyio
 @pytest.mark.parametrize("k", [3, 7])
 @pytest.mark.parametrize("fault", sorted(FAULTS))
+# Each loop once, each flavor the SDK takes at least once: the matrix is the faults and
+# points; the other pairings run the same resume again.
+@pytest.mark.parametrize(
+    ("anyio_backend", "sdk_flavor"),
+    [("asyncio", SDK_FLAVORS[0]), ("trio", SDK_FLAVORS[-1])],
+    indirect=["sdk_flavor"],
+    ids=str,
+)
 async def test_async_a_faulted_background_stream_resumes_after_the_last_whole_event(
     server: FaultServer,
     sdk_flavor: Flavor,

@@ -47,6 +47,7 @@ def test_sequential_sdk_streams_share_one_connection(
     assert server.connections_opened == 1
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_server_that_lingers_after_done_is_not_waited_for(
     flavor: Flavor, server: FaultServer
 ) -> None:
@@ -71,6 +72,7 @@ def test_a_server_that_lingers_after_done_is_not_waited_for(
     assert server.connections_opened == 2
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_stream_closed_before_done_is_not_drained(flavor: Flavor, server: FaultServer) -> None:
     """Closing mid-stream (no [DONE] yet) closes at once, as before: nothing is read on."""
     server.scenario = replace(Scenario.healthy(), event_interval=0.5, content=("a", "b", "c"))
@@ -103,6 +105,7 @@ def _pulled_type(http: Any) -> type[_Pulled]:
     return type("_Pulled", (_Pulled, http.SyncByteStream), {})
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_draining_stops_after_the_byte_bound(flavor: Flavor) -> None:
     """No more than about DRAIN_BYTES are read after [DONE] before the stream is closed."""
     http = flavor.http
@@ -120,6 +123,7 @@ def test_draining_stops_after_the_byte_bound(flavor: Flavor) -> None:
     assert 0 < after_done <= DRAIN_BYTES + 8192
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_the_watchdog_is_disarmed_at_done(flavor: Flavor, server: FaultServer) -> None:
     """After [DONE] a body may take longer than the stale budget to end: no stall is raised."""
     server.scenario = Scenario(linger_after_done=0.6)
@@ -134,6 +138,7 @@ def test_the_watchdog_is_disarmed_at_done(flavor: Flavor, server: FaultServer) -
 # generators, which trio reports as ResourceWarnings whether or not this library is used.
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.once  # no SDK: the same under every openai major
 async def test_async_streams_closed_at_done_share_one_connection(
     flavor: Flavor, server: FaultServer
 ) -> None:

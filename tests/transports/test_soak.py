@@ -52,7 +52,7 @@ from hermes_transport._io.loop_watchdog import loop_watchdog
 from hermes_transport._io.watchdog import watchdog
 from hermes_transport.testing import FaultServer, Scenario
 
-from _support import Flavor, chat_body, open_fds
+from _support import FLAVORS, Flavor, FlavorName, chat_body, load_flavor, open_fds
 
 
 def _scale() -> float:
@@ -811,6 +811,7 @@ def _sync_soak(title: str, flavor: Flavor, make: Runner) -> None:
 
 
 @pytest.mark.timing
+@pytest.mark.once  # no SDK: the same under every openai major
 @pytest.mark.timeout(max(120.0, 2 * SOAK_BOUND))
 def test_sync_soak_through_one_small_pool(flavor: Flavor) -> None:
     """Sixteen threads on one 4-connection client: every call ends as its kind and its interrupts say, on time, leaving nothing behind."""
@@ -934,9 +935,17 @@ async def _run_tasks(
 
 @pytest.mark.anyio
 @pytest.mark.timing
+@pytest.mark.once  # no SDK: the same under every openai major
 @pytest.mark.timeout(max(120.0, 2 * SOAK_BOUND))
-async def test_async_soak_through_one_small_pool(flavor: Flavor) -> None:
+# Each loop once, each flavor once: every pairing soaks the same code again.
+@pytest.mark.parametrize(
+    ("anyio_backend", "flavor_name"),
+    [("asyncio", "httpx"), ("trio", FLAVORS[-1])],
+    ids=str,
+)
+async def test_async_soak_through_one_small_pool(flavor_name: FlavorName) -> None:
     """Sixty-four tasks on one loop and one 4-connection client: every call ends as its kind and its interrupts (from tasks and threads) say, on time, leaving nothing armed."""
+    flavor = load_flavor(flavor_name)
     seed = _seed()
     calls = _plan(seed, MIX + ASYNC_EXTRA, SCALE)
     watcher_was_running = _watcher_running()

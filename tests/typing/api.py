@@ -26,10 +26,15 @@ from typing_extensions import assert_type
 import hermes_transport
 from hermes_transport import (
     AsyncWatchdogTransport,
+    BudgetRules,
+    CallBudgets,
+    DefaultSeconds,
     Interrupt,
+    ModelBudget,
     StreamInterrupted,
     StreamPolicy,
     StreamStalled,
+    StreamStats,
     WatchdogTransport,
     astream_chat_completion,
     astream_message,
@@ -40,6 +45,7 @@ from hermes_transport import (
     openai_client_for,
     should_stream_inline,
     stream_chat_completion,
+    stream_error,
     stream_message,
     stream_response,
 )
@@ -105,6 +111,35 @@ def policies(environ: dict[str, str]) -> None:
     StreamPolicy(retries=1.5)  # type: ignore[arg-type]
     StreamPolicy(stale=60.0)  # type: ignore[call-arg]
     policy.retries = 3  # type: ignore[misc]
+
+
+def budgets_and_stats(exc: Exception) -> None:
+    policy = StreamPolicy(stale_timeout=DefaultSeconds(60.0), budget_rules=BudgetRules())
+    assert_type(policy.budgets_for("o3", 1000), CallBudgets)
+    assert_type(policy.budgets_for(), CallBudgets)
+    assert_type(policy.budgets_for("o3").first_event, float | None)
+    assert_type(policy.budget_rules, BudgetRules | None)
+    assert_type(policy.longest_budget, float)
+    StreamPolicy(budget_rules=None)
+    BudgetRules(models=[ModelBudget("o3*", first_event=600.0, stale=...)], prompt_floors=[])
+    ModelBudget("o3*", first_event="600")  # type: ignore[arg-type]
+    StreamPolicy(budget_rules=[ModelBudget("x")])  # type: ignore[arg-type]
+    assert_type(stream_error(exc), StreamStalled | StreamInterrupted | None)
+
+    def on_stats(stats: StreamStats) -> None:
+        assert_type(
+            stats.outcome, Literal["completed", "stalled", "interrupted", "error", "closed"]
+        )
+        assert_type(stats.first_output, float | None)
+        assert_type(stats.budgets, CallBudgets)
+        assert_type(stats.events, int)
+
+    WatchdogTransport(on_stats=on_stats)
+    AsyncWatchdogTransport(on_stats=on_stats)
+    ht2.WatchdogTransport(on_stats=on_stats)
+    http_client_for("cron", on_stats=on_stats)
+    openai_client_for("cron", on_stats=print)
+    WatchdogTransport(on_stats=7)  # type: ignore[arg-type]
 
 
 def http_clients(token: Interrupt) -> None:

@@ -1,0 +1,287 @@
+"""Budgets that fit the call: rules by model and prompt size, and what a call got.
+
+``BudgetRules`` is configuration as a value: model rules (``ModelBudget``,
+glob patterns with the budgets of the models they match) and prompt-size
+floors for the first-event budget. ``derive`` is the one place where a call's
+budgets are decided from its policy's settings, the rules and what the
+request says (``CallBudgets``, a value to print, log and test). The policy
+(``policy``) calls it; nothing here reads the environment or does I/O.
+
+Precedence, per budget: a value the user set (an argument, or a
+``HERMES_STREAM_*`` variable) wins over every rule, in both directions; then
+the first model rule that matches; then the policy's default. The prompt-size
+floors raise a first-event budget that no user set. A first-event budget left
+to follow the stale one (``SAME_AS_STALE``) follows a stale budget the user set
+as it is, rules and floors aside: that user asked for that bound.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import EllipsisType
+from typing import Final
+
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "DEFAULT_BUDGET_RULES",
+    "REASONING_MODELS",
+    "BudgetRules",
+    "CallBudgets",
+    "DefaultSeconds",
+    "ModelBudget",
+    "derive",
+    "estimate_tokens",
+    "model_of",
+]
+
+#: Bytes of a request body per prompt token, for the estimate: about four
+#: characters of English or JSON per token. An estimate, not a count.
+BYTES_PER_TOKEN: Final = 4
+
+
+class DefaultSeconds(float):
+    """A budget no one set: the policy's default, which the rules may change.
+
+    A ``float`` like any budget (it compares, formats and computes as its
+    value); only its type says that it was not given. A budget the user
+    gives, from an argument or the environment, is a plain ``float``; give a
+    ``DefaultSeconds`` to set a default of your own that the rules may still
+    change.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"DefaultSeconds({float(self)!r})"
+
+    def __reduce__(self) -> tuple[type[DefaultSeconds], tuple[float]]:
+        return (DefaultSeconds, (float(self),))
+
+
+def _seconds(name: str, value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and value == math.inf):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(
+            f"{name} must be a number of seconds > 0, or None for no bound; got {value!r}"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ModelBudget:
+    """The budgets of the calls whose model matches ``pattern``.
+
+    ``pattern`` is a case-insensitive glob (``fnmatch``: ``*``, ``?``,
+    ``[...]``) matched against the request's ``"model"``, and against the part
+    after its last ``/`` (``openai/o3`` through a router is ``o3``).
+    ``first_event`` and ``stale`` are seconds (``None``: no bound), or
+    ``...`` to leave that budget to the next rule down (the default); a rule
+    may shorten a budget as well as lengthen it.
+    """
+
+    pattern: str
+    first_event: float | EllipsisType | None = ...
+    stale: float | EllipsisType | None = ...
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str) or not self.pattern.strip():
+            raise ValueError(f"ModelBudget pattern must be a non-empty str, got {self.pattern!r}")
+        for name in ("first_event", "stale"):
+            value = getattr(self, name)
+            if value is not ...:
+                object.__setattr__(self, name, _seconds(f"ModelBudget.{name}", value))
+        object.__setattr__(self, "_compiled", re.compile(fnmatch.translate(self.pattern.lower())))
+
+    def matches(self, model: str) -> bool:
+        """Whether ``model`` (or its part after the last ``/``) matches the pattern."""
+        name = model.lower()
+        compiled: re.Pattern[str] = self._compiled  # type: ignore[attr-defined]
+        short = name.rpartition("/")[2]
+        return compiled.match(name) is not None or compiled.match(short) is not None
+
+
+#: Reasoning-class models: they may think silently for minutes before their
+#: first output, and pause between reasoning and answer. Their floors: the
+#: first event within 600 s, then no gap longer than 300 s.
+REASONING_MODELS: Final[tuple[str, ...]] = (
+    "o1*",
+    "o3*",
+    "o4*",
+    "gpt-5*",
+    "*codex*",
+    "deepseek-reasoner*",
+    "deepseek-r1*",
+    "qwq*",
+    "*thinking*",
+    "grok-4*",
+)
+_REASONING_FIRST_EVENT = 600.0
+_REASONING_STALE = 300.0
+_DEFAULT_MODELS: Final = tuple(
+    ModelBudget(pattern, _REASONING_FIRST_EVENT, _REASONING_STALE) for pattern in REASONING_MODELS
+)
+#: Long prompts take long to read before the first token: over 50,000 tokens
+#: the first event gets at least 240 s, over 100,000 at least 300 s.
+_DEFAULT_FLOORS: Final = ((50_000, 240.0), (100_000, 300.0))
+
+
+@dataclass(frozen=True, repr=False)
+class BudgetRules:
+    """How a call's budgets follow its model and prompt size, as a value.
+
+    ``models``: ``ModelBudget`` rules, tried in order; the first that
+    matches the request's model sets the budgets it names. ``prompt_floors``:
+    ``(tokens, seconds)`` pairs: a prompt estimated at more than ``tokens``
+    tokens (the request body's length over ``BYTES_PER_TOKEN``) gets a
+    first-event budget of at least ``seconds``, the largest floor it passes
+    applying. Neither touches a budget the user set (see ``derive``).
+
+    Limits: the prompt size is an estimate from bytes, not a token count; a
+    body that is not JSON, or has no ``"model"``, matches no model rule.
+    """
+
+    models: Sequence[ModelBudget] = field(default=_DEFAULT_MODELS)
+    prompt_floors: Sequence[tuple[int, float]] = _DEFAULT_FLOORS
+
+    def __post_init__(self) -> None:
+        models = tuple(self.models)
+        for rule in models:
+            if not isinstance(rule, ModelBudget):
+                raise ValueError(f"BudgetRules.models must hold ModelBudget rules, got {rule!r}")
+        floors: list[tuple[int, float]] = []
+        for pair in self.prompt_floors:
+            try:
+                tokens, seconds = pair
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"BudgetRules.prompt_floors must be (tokens, seconds) pairs, got {pair!r}"
+                ) from None
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+                raise ValueError(
+                    f"BudgetRules.prompt_floors: tokens must be an int >= 0, got {tokens!r}"
+                )
+            checked = _seconds("BudgetRules.prompt_floors seconds", seconds)
+            if checked is None:
+                raise ValueError("BudgetRules.prompt_floors: seconds must be finite")
+            floors.append((tokens, checked))
+        object.__setattr__(self, "models", models)
+        object.__setattr__(self, "prompt_floors", tuple(sorted(floors)))
+
+    def __repr__(self) -> str:
+        if self.models == _DEFAULT_MODELS and self.prompt_floors == _DEFAULT_FLOORS:
+            return "BudgetRules()"  # the defaults: the table in the README
+        return f"BudgetRules(models={self.models!r}, prompt_floors={self.prompt_floors!r})"
+
+    def model_rule(self, model: str | None) -> ModelBudget | None:
+        """The first rule matching ``model``, if any."""
+        if not model:
+            return None
+        return next((rule for rule in self.models if rule.matches(model)), None)
+
+    def prompt_floor(self, tokens: int) -> tuple[int, float] | None:
+        """The largest ``(tokens, seconds)`` floor a prompt of ``tokens`` passes, if any."""
+        passed = [floor for floor in self.prompt_floors if tokens > floor[0]]
+        return max(passed, key=lambda floor: floor[1]) if passed else None
+
+    def longest(self, *, first_event: bool, stale: bool) -> float:
+        """The longest finite budget the rules give to the first event and/or the stale
+        budget, as asked (0 if none)."""
+        values: list[float] = [s for _, s in self.prompt_floors] if first_event else []
+        for rule in self.models:
+            for wanted, value in ((first_event, rule.first_event), (stale, rule.stale)):
+                if wanted and isinstance(value, float):
+                    values.append(value)
+        return max(values, default=0.0)
+
+
+#: The rules a ``StreamPolicy`` has unless told otherwise.
+DEFAULT_BUDGET_RULES: Final = BudgetRules()
+
+
+def model_of(body: bytes | None) -> str | None:
+    """The ``"model"`` a JSON request body names, if it is one that does."""
+    if not body or b'"model"' not in body:
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    model = payload.get("model") if isinstance(payload, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def estimate_tokens(body_size: int) -> int:
+    """A prompt's token estimate from its request body's size in bytes."""
+    return body_size // BYTES_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class CallBudgets:
+    """The budgets one call got, and why.
+
+    ``first_event`` and ``stale``: seconds, or ``None`` for no bound.
+    ``model`` and ``prompt_tokens``: what the request said (``None``:
+    unknown). ``source``: what set them beyond the defaults and the
+    user's own values, in words (``""``: nothing did), as the call's log
+    lines and errors show it.
+    """
+
+    first_event: float | None
+    stale: float | None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    source: str = ""
+
+    def __str__(self) -> str:
+        def text(budget: float | None) -> str:
+            return "off" if budget is None else f"{budget:g} s"
+
+        words = f"first event {text(self.first_event)}, stale {text(self.stale)}"
+        return f"{words} ({self.source})" if self.source else words
+
+
+def derive(
+    first_event: float | None,
+    stale: float | None,
+    rules: BudgetRules | None,
+    model: str | None,
+    prompt_tokens: int | None,
+) -> CallBudgets:
+    """A call's budgets from its policy's (``DefaultSeconds`` where no one set them).
+
+    ``first_event`` is the policy's first-event budget, already following
+    ``stale`` where it was left to (a ``DefaultSeconds`` then only if the stale
+    one is). See the module docstring for the precedence.
+    """
+    stale_free = isinstance(stale, DefaultSeconds)
+    first_free = isinstance(first_event, DefaultSeconds)
+    why: list[str] = []
+    rule = rules.model_rule(model) if rules is not None else None
+    if rule is not None:
+        touched = []
+        if first_free and not isinstance(rule.first_event, EllipsisType):
+            first_event = rule.first_event
+            touched.append("first event")
+        if stale_free and not isinstance(rule.stale, EllipsisType):
+            stale = rule.stale
+            touched.append("stale")
+        if touched:
+            why.append(f"model {model!r} matched rule {rule.pattern!r}")
+    if rules is not None and first_free and prompt_tokens is not None and first_event is not None:
+        floor = rules.prompt_floor(prompt_tokens)
+        if floor is not None and floor[1] > first_event:
+            first_event = floor[1]
+            why.append(f"prompt of ~{prompt_tokens:,} tokens: first event at least {floor[1]:g} s")
+    return CallBudgets(
+        None if first_event is None else float(first_event),
+        None if stale is None else float(stale),
+        model,
+        prompt_tokens,
+        "; ".join(why),
+    )

@@ -1,0 +1,346 @@
+"""What happened on the wire: one stream's statistics, and the record that builds them.
+
+``StreamStats`` is the value every watched stream ends with; ``StreamRecord``
+is its mutable draft, owned by the request's ``Exchange`` (one per
+``handle_request``) and written only by the thread or task that runs that
+request and reads its body; ``GapSummary`` is the fixed-size summary of the
+gaps between progress. Times are ``clock.monotonic`` seconds from the start
+of the request. The callback is called here, once, on the thread or task
+that ended the stream; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+
+from .budgets import CallBudgets
+from .clock import monotonic
+from .errors import Handoff, StreamInterrupted, StreamStalled
+
+__all__ = [
+    "GAP_RESOLUTION",
+    "GapSummary",
+    "Outcome",
+    "StatsCallback",
+    "StreamRecord",
+    "StreamStats",
+]
+
+logger = logging.getLogger("hermes_transport")
+
+#: How a stream ended: read to its end (``completed``), cut for want of
+#: progress (``stalled``), stopped by an ``Interrupt`` (``interrupted``),
+#: failed with an error (``error``: a dead connection, an HTTP error status),
+#: or closed by its reader before its end (``closed``).
+Outcome = Literal["completed", "stalled", "interrupted", "error", "closed"]
+
+#: The gap summary's resolution: buckets a quarter octave wide, so a percentile
+#: is within 12.5 % of the true gap (and never outside the smallest and
+#: largest gap seen).
+GAP_RESOLUTION = 0.125
+_SMALLEST = 1e-4  # seconds: gaps shorter than this share the first bucket
+_OCTAVES = 28  # from 0.1 ms to about 7.5 hours; longer ones share the last bucket
+_BUCKETS = 1 + 4 * _OCTAVES
+_LAST = _BUCKETS - 1
+_ITEM = array("I").itemsize
+_PER_SMALLEST = 1 / _SMALLEST
+_frexp = math.frexp
+
+
+class GapSummary:
+    """The gaps between progress chunks of one stream, in fixed space.
+
+    ``add(now)`` is called on each chunk that carried progress, with the time
+    the watch already read for its deadline: a subtraction, a comparison and
+    one bucket's increment. Exact: ``largest``; ``count`` and the percentiles
+    from quarter-octave buckets (``GAP_RESOLUTION``).
+    """
+
+    __slots__ = ("_bins", "_last", "largest")
+
+    def __init__(self) -> None:
+        # +inf until the first progress: the first "gap" is negative, and starts the count.
+        self._last = math.inf
+        self._bins: array[int] | None = None  # allocated at the first progress
+        self.largest = 0.0
+
+    def add(self, now: float) -> None:
+        """Progress at ``now``: the gap since the last progress is summed up."""
+        gap = now - self._last
+        self._last = now
+        if gap < _SMALLEST:
+            if gap < 0:  # the first progress of this stream (or attempt): no gap yet
+                if self._bins is None:
+                    self._bins = array("I", bytes(_BUCKETS * _ITEM))
+                return
+            self._bins[0] += 1  # type: ignore[index]
+            return
+        if gap > self.largest:
+            self.largest = gap
+        mantissa, exponent = _frexp(gap * _PER_SMALLEST)  # mantissa in [0.5, 1), exponent >= 1
+        index = 4 * exponent - 3 + int((mantissa - 0.5) * 8)
+        self._bins[index if index < _BUCKETS else _LAST] += 1  # type: ignore[index]
+
+    def restart(self) -> None:
+        """A new attempt's stream: no gap spans the two."""
+        self._last = math.inf
+
+    @property
+    def count(self) -> int:
+        """How many gaps were summed up."""
+        return sum(self._bins) if self._bins is not None else 0
+
+    def percentile(self, fraction: float) -> float | None:
+        """The gap below which ``fraction`` (0 to 1) of the gaps fall (``None``: no gap)."""
+        bins, count = self._bins, self.count
+        if bins is None or not count:
+            return None
+        rank = max(1, math.ceil(fraction * count))
+        seen = 0
+        for index, number in enumerate(bins):
+            seen += number
+            if seen >= rank:
+                return min(_middle(index), self.largest)
+        return self.largest
+
+
+def _middle(index: int) -> float:
+    """The middle of bucket ``index``, in seconds."""
+    if index == 0:
+        return _SMALLEST / 2
+    octave, quarter = divmod(index - 1, 4)
+    low: float = _SMALLEST * 2.0**octave * (1 + quarter / 4)
+    return low * (1 + 1 / 8)
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """What happened to one watched stream, from its request to its end.
+
+    Times are seconds from the start of the request (its first attempt): to the
+    response ``headers``, the ``first_event`` (any SSE event with data,
+    keepalives included; ``None`` when the first event was not waited for: no
+    first-event budget) and the ``first_output`` (the first progress event),
+    all of the attempt the caller got; ``duration`` to the end. ``connect`` and
+    ``tls`` are how long that attempt's new connection took to open and to
+    shake hands (``None``: a pooled connection, plain HTTP, or a transport
+    whose sockets the watchdog cannot see). ``events`` counts progress events,
+    ``heartbeats`` keepalive events, ``comment_bytes`` the bytes of comment
+    lines and ``bytes`` the body's bytes as they came (still compressed, if
+    they were); all four are 0 for a body that is not an event stream (an error
+    status's JSON, say), which is not read for progress. Gaps are between
+    chunks that carried progress, as read: ``gap_count``, ``largest_gap``
+    (exact) and the 50th, 90th and 99th percentiles (within
+    ``GAP_RESOLUTION``). ``attempts`` counts the sends of this request, resumes
+    included; ``resends`` and ``resumes`` those among them. ``budgets`` are the
+    budgets the call got. ``outcome`` says how it ended; ``stage`` where it
+    stalled or was interrupted, as finely as the watchdog saw it
+    (``connecting``, ``headers``, ``first_event``, ``mid_stream``, ...: a
+    ``StreamStalled`` says only ``first_event`` or ``mid_stream``); ``error``
+    what was raised for an ``error`` outcome (its class and message, or ``HTTP
+    <status>``) and the reason of an interrupt.
+    """
+
+    wire: str
+    model: str | None
+    method: str
+    url: str
+    server_address: str
+    status: int | None
+    outcome: Outcome
+    stage: str | None
+    error: str | None
+    attempts: int
+    resends: int
+    resumes: int
+    connect: float | None
+    tls: float | None
+    headers: float | None
+    first_event: float | None
+    first_output: float | None
+    duration: float
+    events: int
+    heartbeats: int
+    comment_bytes: int
+    bytes: int
+    gap_count: int
+    largest_gap: float | None
+    gap_p50: float | None
+    gap_p90: float | None
+    gap_p99: float | None
+    budgets: CallBudgets
+
+
+#: What a transport calls with each stream's statistics.
+StatsCallback = Callable[[StreamStats], object]
+
+
+class StreamRecord:
+    """The draft of one request's ``StreamStats``; see the module docstring for its owner.
+
+    The body copies its meter's counts in (``counted``) as it ends; whoever
+    ends the stream last (the body, or the exchange when no body reached the
+    caller) calls ``finish`` once.
+    """
+
+    __slots__ = (
+        "_callback",
+        "_finished",
+        "_method",
+        "_url",
+        "attempts",
+        "budgets",
+        "bytes",
+        "comment_bytes",
+        "connect",
+        "events",
+        "first_event",
+        "first_output",
+        "gaps",
+        "headers",
+        "heartbeats",
+        "model",
+        "resends",
+        "resumes",
+        "server_address",
+        "started",
+        "status",
+        "tls",
+        "wire",
+    )
+
+    def __init__(
+        self,
+        request: httpx.Request,
+        wire: str,
+        budgets: CallBudgets,
+        callback: StatsCallback | None,
+    ) -> None:
+        self.started = monotonic()
+        url = request.url  # never its query: some providers put API keys there
+        self._method = request.method
+        self._url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+        self.server_address = url.host
+        self.attempts = 0  # sent, resumes included
+        self.wire = wire
+        self.budgets = budgets
+        self.model = budgets.model
+        self._callback = callback
+        self._finished = False
+        self.gaps = GapSummary()
+        self.resends = 0
+        self.resumes = 0
+        self.status: int | None = None
+        self.connect: float | None = None
+        self.tls: float | None = None
+        self.headers: float | None = None
+        self.first_event: float | None = None
+        self.first_output: float | None = None
+        self.events = self.heartbeats = self.comment_bytes = self.bytes = 0
+
+    def new_attempt(self) -> None:
+        """An attempt is sent; after the first, a re-send: what is timed is the attempt the
+        caller gets."""
+        self.attempts += 1
+        if self.attempts == 1:
+            return
+        self.resends += 1
+        self.status = self.connect = self.tls = None
+        self.headers = self.first_event = self.first_output = None
+        self.gaps.restart()
+
+    def resumed(self) -> None:
+        """A resume is sent: it continues the same stream."""
+        self.attempts += 1
+        self.resumes += 1
+
+    def answered(self, status: int, connect: float | None, tls: float | None) -> None:
+        """The attempt's response headers came, on a connection that took that long."""
+        self.headers = monotonic() - self.started
+        self.status, self.connect, self.tls = status, connect, tls
+
+    def saw_event(self) -> None:
+        if self.first_event is None:
+            self.first_event = monotonic() - self.started
+
+    def saw_output(self, now: float) -> None:
+        if self.first_output is None:
+            self.first_output = now - self.started
+
+    def counted(self, events: int, heartbeats: int, comment_bytes: int, body_bytes: int) -> None:
+        self.events, self.heartbeats = events, heartbeats
+        self.comment_bytes, self.bytes = comment_bytes, body_bytes
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def gave_up(self, error: BaseException, fired_stage: str | None) -> None:
+        """The request raises ``error`` with no response for the caller (the guard of its
+        last attempt fired at ``fired_stage``, if it did): the end of the stream."""
+        if isinstance(error, Handoff):
+            error = error.error
+        if isinstance(error, StreamStalled):
+            self.finish("stalled", fired_stage or error.stage)
+        elif isinstance(error, StreamInterrupted):
+            self.finish("interrupted", error.stage or fired_stage, error.reason)
+        else:
+            self.finish("error", None, f"{type(error).__name__}: {error}")
+
+    def finish(
+        self, outcome: Outcome, stage: str | None = None, error: str | None = None
+    ) -> StreamStats | None:
+        """The stream's statistics, given to the callback (once; ``None`` after that).
+
+        A callback that raises is logged, never raised: the stream's own
+        outcome is what the caller gets.
+        """
+        if self._finished:
+            return None
+        self._finished = True
+        gaps = self.gaps
+        gap_count = gaps.count
+        stats = StreamStats(
+            wire=self.wire,
+            model=self.model,
+            method=self._method,
+            url=self._url,
+            server_address=self.server_address,
+            status=self.status,
+            outcome=outcome,
+            stage=stage,
+            error=error,
+            attempts=self.attempts,
+            resends=self.resends,
+            resumes=self.resumes,
+            connect=self.connect,
+            tls=self.tls,
+            headers=self.headers,
+            first_event=self.first_event,
+            first_output=self.first_output,
+            duration=monotonic() - self.started,
+            events=self.events,
+            heartbeats=self.heartbeats,
+            comment_bytes=self.comment_bytes,
+            bytes=self.bytes,
+            gap_count=gap_count,
+            largest_gap=gaps.largest if gap_count else None,
+            gap_p50=gaps.percentile(0.5),
+            gap_p90=gaps.percentile(0.9),
+            gap_p99=gaps.percentile(0.99),
+            budgets=self.budgets,
+        )
+        callback = self._callback
+        if callback is not None:
+            try:
+                callback(stats)
+            except Exception:
+                logger.exception("the stream statistics callback %r raised", callback)
+        return stats
