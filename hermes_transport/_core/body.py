@@ -2,10 +2,12 @@
 
 ``BodyWatch`` is what the sync and async watched streams build on: holding
 the bytes before the first event, the stale deadline after it, the drain
-after ``[DONE]``, and the error a killed body raises; ``resuming`` adds what a
-resumable stream decides. The hot path is ``_saw``: one attribute read and
-one scan per chunk, and on progress a clock read and one attribute write. No
-I/O here: the streams in ``_transports`` read and send.
+after ``[DONE]``, the error a killed body raises, and how the stream ended for
+its statistics (``_report``, into the exchange's ``StreamRecord``);
+``resuming`` adds what a resumable stream decides. The hot path is ``_saw``:
+one attribute read and one scan per chunk, and on progress a clock read, one
+attribute write and the gap's summary. No I/O here: the streams in
+``_transports`` read and send.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """One request's attempts: budgets, re-sends, resumes, and which error the caller sees.
 
 ``Exchange`` is what the sync and async shells share for one
-``handle_request``: it decides the first-event budget, whether a stalled
-attempt is sent again, whether its stream can be resumed (``resumable``) and
-which error the caller sees; one attempt's own state and error mapping are in
-``attempt``. Nothing here does I/O, sleeps or awaits: the shells in
-``_transports`` do, and the guard's kill switches in ``_io`` reach the sockets.
+``handle_request``: it decides the call's budgets (``budgets``: the policy's,
+fitted to the request by its rules), whether a stalled attempt is sent again,
+whether its stream can be resumed (``resumable``) and which error the caller
+sees, and holds the draft of the stream's statistics (``record``); one
+attempt's own state and error mapping are in ``attempt``. Nothing here does
+I/O, sleeps or awaits: the shells in ``_transports`` do, and the guard's kill
+switches in ``_io`` reach the sockets.
 """
 
 from __future__ import annotations

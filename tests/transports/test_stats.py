@@ -7,26 +7,30 @@ import itertools
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from _stats_support import (
+    CHAT,
+    POLICY,
+    THINKING,
+    assert_timed_by,
+    body_of,
+    data_events,
+    ended,
+    fields,
+    known,
+)
 
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled, StreamStats
-from hermes_transport.testing import FaultServer, Scenario, SentResponse
+from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body
 
 # No SDK here: the same under every openai major, so run with the newest only.
 pytestmark = pytest.mark.once
-
-CHAT = "/chat/completions"
-# Upper bounds only, this far past what the server's record allows (2 busy cores).
-SLACK = 1.0
-POLICY = StreamPolicy(stale_timeout=1.0)
-THINKING = StreamPolicy(stale_timeout=1.0, first_event_timeout=2.0)  # past the thinking
 
 
 class Recorder:
@@ -56,49 +60,6 @@ def _client(
         yield client
 
 
-def _ended(server: FaultServer) -> SentResponse:
-    """The latest request's record, once the server is done with it."""
-    deadline = time.monotonic() + 5.0
-    while (sent := server.sent[-1]).ended_at is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return sent
-
-
-def _fields(stats: StreamStats, names: str) -> tuple[object, ...]:
-    """The values of the fields ``names`` (space-separated) of ``stats``."""
-    return tuple(getattr(stats, name) for name in names.split())
-
-
-def _known(*values: float | None) -> list[float]:
-    """``values``, each asserted not None."""
-    assert None not in values
-    return [value for value in values if value is not None]
-
-
-def _body(sent: SentResponse, gzip: bool = False) -> bytes:
-    data = b"".join(data for _, data in sent.writes)
-    return zlib.decompress(data, wbits=31) if gzip else data
-
-
-def _data_events(body: bytes) -> int:
-    return sum(line.startswith(b"data:") for line in body.splitlines())
-
-
-def _assert_timed_by(stats: StreamStats, sent: SentResponse, before: float, after: float) -> None:
-    """Ordered; never before the server sent each part (the request started no later than the
-    server read it); and at most SLACK later than the server's record allows."""
-    arrived = sent.request.time
-    first_data = next(at for at, data in sent.writes if not data.startswith(b":"))
-    (headers_at,) = _known(sent.headers_at)
-    headers, first_event, first_output = _known(
-        stats.headers, stats.first_event, stats.first_output
-    )
-    assert 0 <= headers <= first_event <= first_output <= stats.duration
-    assert headers_at - arrived <= headers <= headers_at - before + SLACK
-    assert first_data - arrived <= first_output <= first_data - before + SLACK
-    assert sent.writes[-1][0] - arrived <= stats.duration <= after - before
-
-
 @pytest.mark.timing
 @pytest.mark.parametrize("gzip", [False, True], ids=["identity", "gzip"])
 def test_a_healthy_stream_s_statistics_match_what_the_server_sent(
@@ -115,20 +76,20 @@ def test_a_healthy_stream_s_statistics_match_what_the_server_sent(
             chunks += iterator
         after = time.monotonic()
     assert b"".join(chunks).endswith(b"data: [DONE]\n\n")
-    stats, sent = recorder.one, _ended(server)
+    stats, sent = recorder.one, ended(server)
     assert response.extensions["stream_stats"] is stats
     assert recorder.threads == [threading.get_ident()]
-    assert _fields(stats, "outcome status stage error") == ("completed", 200, None, None)
-    assert _fields(stats, "wire model method") == ("chat_completions", "m", "POST")
+    assert fields(stats, "outcome status stage error") == ("completed", 200, None, None)
+    assert fields(stats, "wire model method") == ("chat_completions", "m", "POST")
     assert (stats.url, stats.server_address) == (server.base_url + CHAT, "127.0.0.1")
-    assert _fields(stats, "attempts resends resumes") == (1, 0, 0)
-    assert stats.events == _data_events(_body(sent, gzip)) == 4
-    assert stats.bytes == sent.body_bytes == len(_body(sent))
-    assert _fields(stats, "heartbeats comment_bytes") == (0, 0)
+    assert fields(stats, "attempts resends resumes") == (1, 0, 0)
+    assert stats.events == data_events(body_of(sent, gzip)) == 4
+    assert stats.bytes == sent.body_bytes == len(body_of(sent))
+    assert fields(stats, "heartbeats comment_bytes") == (0, 0)
     assert stats.gap_count == stats.events - 1
-    _assert_timed_by(stats, sent, before, after)
+    assert_timed_by(stats, sent, before, after)
     spacings = [b[0] - a[0] for a, b in itertools.pairwise(sent.writes)]
-    largest, p50, p90, p99 = _known(stats.largest_gap, stats.gap_p50, stats.gap_p90, stats.gap_p99)
+    largest, p50, p90, p99 = known(stats.largest_gap, stats.gap_p50, stats.gap_p90, stats.gap_p99)
     assert max(spacings) - 0.1 <= largest <= stats.duration
     assert p50 <= p90 <= p99 <= largest
 
@@ -145,15 +106,15 @@ def test_keepalive_comments_are_counted_as_the_server_wrote_them(
         with client.stream("POST", server.base_url + CHAT, json=chat_body()) as response:
             response.read()
         after = time.monotonic()
-    stats, sent = recorder.one, _ended(server)
-    lines = _body(sent).splitlines(keepends=True)
+    stats, sent = recorder.one, ended(server)
+    lines = body_of(sent).splitlines(keepends=True)
     comments = [line for line in lines if line.startswith(b":")]
     assert len(comments) >= 2
     assert stats.comment_bytes == sum(map(len, comments))
-    assert _fields(stats, "outcome heartbeats events") == ("completed", 0, 4)
+    assert fields(stats, "outcome heartbeats events") == ("completed", 0, 4)
     assert stats.bytes == sent.body_bytes
-    _assert_timed_by(stats, sent, before, after)
-    assert _known(stats.first_output)[0] >= 0.3  # after the thinking
+    assert_timed_by(stats, sent, before, after)
+    assert known(stats.first_output)[0] >= 0.3  # after the thinking
 
 
 @pytest.mark.parametrize(
@@ -174,14 +135,14 @@ def test_keepalive_events_are_counted_as_heartbeats(
         url, payload = server.base_url + path, {"model": "m", "stream": True, **body}
         with client.stream("POST", url, json=payload) as response:
             response.read()
-    stats, sent = recorder.one, _ended(server)
-    sent_keepalives = _body(sent).count(b"event: %s\n" % keepalive.encode())
+    stats, sent = recorder.one, ended(server)
+    sent_keepalives = body_of(sent).count(b"event: %s\n" % keepalive.encode())
     assert sent_keepalives >= 2
     assert stats.heartbeats == sent_keepalives
     assert stats.outcome == "completed"
     assert stats.wire == path.strip("/")
-    assert 1 <= stats.events <= _data_events(_body(sent)) - sent_keepalives
-    assert _fields(stats, "bytes comment_bytes") == (sent.body_bytes, 0)
+    assert 1 <= stats.events <= data_events(body_of(sent)) - sent_keepalives
+    assert fields(stats, "bytes comment_bytes") == (sent.body_bytes, 0)
 
 
 @pytest.mark.parametrize(
@@ -199,11 +160,11 @@ def test_a_stall_before_the_first_event_is_reported_once_after_its_resends(
         with pytest.raises(StreamStalled):
             client.send(client.build_request("POST", server.base_url + CHAT, json=chat_body()))
     stats = recorder.one
-    assert _fields(stats, "outcome stage error") == ("stalled", stage, None)
-    assert _fields(stats, "attempts resends resumes") == (3, 2, 0)
+    assert fields(stats, "outcome stage error") == ("stalled", stage, None)
+    assert fields(stats, "attempts resends resumes") == (3, 2, 0)
     assert len(server.requests) == 3
     assert stats.status == (None if stage == "headers" else 200)
-    assert _fields(stats, "first_event first_output events bytes") == (None, None, 0, 0)
+    assert fields(stats, "first_event first_output events bytes") == (None, None, 0, 0)
     assert recorder.threads == [threading.get_ident()]
 
 
@@ -242,9 +203,9 @@ def test_how_a_stream_that_reached_its_caller_ended_is_reported_once(
             if ending != "closed-early":
                 with pytest.raises(raises) if raises is not None else contextlib.nullcontext():
                     list(chunks)
-    stats, sent = recorder.one, _ended(server)
-    assert _fields(stats, "outcome stage error status events") == expected
-    assert _fields(stats, "attempts resends gap_count") == (1, 0, 0)
+    stats, sent = recorder.one, ended(server)
+    assert fields(stats, "outcome stage error status events") == expected
+    assert fields(stats, "attempts resends gap_count") == (1, 0, 0)
     assert response.extensions["stream_stats"] is stats
     assert recorder.threads == [threading.get_ident()]
     assert response.status_code == stats.status
