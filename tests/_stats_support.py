@@ -9,14 +9,30 @@ from __future__ import annotations
 import time
 import zlib
 
-from hermes_transport import StreamPolicy, StreamStats
-from hermes_transport.testing import FaultServer, SentResponse
+from hermes_transport import StreamInterrupted, StreamPolicy, StreamStalled, StreamStats
+from hermes_transport.testing import FaultServer, Scenario, SentResponse
 
 CHAT = "/chat/completions"
 # Upper bounds only, this far past what the server's record allows (2 busy cores).
 SLACK = 1.0
 POLICY = StreamPolicy(stale_timeout=1.0)
 THINKING = StreamPolicy(stale_timeout=1.0, first_event_timeout=2.0)  # past the thinking
+
+REASON = "user pressed stop"
+# How a stream that reached its caller ends: (scenario, stale budget, what the read raises,
+# outcome, stage, error, status, events).
+SILENT = Scenario.silent_after(1)
+ENDINGS: dict[str, tuple[Scenario, float, type[Exception] | None, tuple[object, ...]]] = {
+    "stalled": (SILENT, 0.3, StreamStalled, ("stalled", "mid_stream", None, 200, 1)),
+    "interrupted": (
+        SILENT,
+        10.0,
+        StreamInterrupted,
+        ("interrupted", "mid_stream", REASON, 200, 1),
+    ),
+    "error-status": (Scenario.error(500), 1.0, None, ("error", None, "HTTP 500", 500, 0)),
+    "closed-early": (Scenario(event_interval=0.5), 1.0, None, ("closed", None, None, 200, 1)),
+}
 
 
 def ended(server: FaultServer) -> SentResponse:

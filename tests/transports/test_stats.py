@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from _stats_support import (
     CHAT,
+    ENDINGS,
     POLICY,
+    REASON,
     THINKING,
     assert_timed_by,
     body_of,
@@ -24,7 +26,7 @@ from _stats_support import (
     known,
 )
 
-from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled, StreamStats
+from hermes_transport import Interrupt, StreamPolicy, StreamStalled, StreamStats
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import Flavor, chat_body
@@ -166,23 +168,6 @@ def test_a_stall_before_the_first_event_is_reported_once_after_its_resends(
     assert stats.status == (None if stage == "headers" else 200)
     assert fields(stats, "first_event first_output events bytes") == (None, None, 0, 0)
     assert recorder.threads == [threading.get_ident()]
-
-
-REASON = "user pressed stop"
-# How a stream that reached its caller ends: (scenario, stale budget, what the read raises,
-# outcome, stage, error, status, events).
-SILENT = Scenario.silent_after(1)
-ENDINGS: dict[str, tuple[Scenario, float, type[Exception] | None, tuple[object, ...]]] = {
-    "stalled": (SILENT, 0.3, StreamStalled, ("stalled", "mid_stream", None, 200, 1)),
-    "interrupted": (
-        SILENT,
-        10.0,
-        StreamInterrupted,
-        ("interrupted", "mid_stream", REASON, 200, 1),
-    ),
-    "error-status": (Scenario.error(500), 1.0, None, ("error", None, "HTTP 500", 500, 0)),
-    "closed-early": (Scenario(event_interval=0.5), 1.0, None, ("closed", None, None, 200, 1)),
-}
 
 
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
