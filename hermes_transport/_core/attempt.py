@@ -30,6 +30,7 @@ __all__ = [
     "ResumeFailed",
     "mapped_error",
     "shown_cause",
+    "url_without_query",
 ]
 
 logger = logging.getLogger("hermes_transport")
@@ -78,6 +79,12 @@ NOT_RESUMABLE = (
 )
 
 
+def url_without_query(url: httpx.URL) -> str:
+    """``url`` as logs, statistics and the probe show it: no user info and no query
+    string, since either may carry a credential (some providers put API keys there)."""
+    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+
+
 def shown_cause(exc: BaseException) -> BaseException | None:
     """The cause to chain the error mapped from ``exc`` to: ``exc``, unless it is a
     ``GuardFired``, which says nothing a caller could use (then ``None``), or a
@@ -121,9 +128,7 @@ class Attempt:
         self.number = number  # of the logical call, SDK retries and runner re-sends included
         self.budget = budget
         self.started = monotonic()
-        # Never log a query string: some providers put API keys there.
-        url = request.url
-        self.url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+        self.url = url_without_query(request.url)
 
 
 def mapped_error(

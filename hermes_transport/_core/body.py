@@ -24,7 +24,7 @@ from .errors import StreamInterrupted, StreamStalled
 from .guard import Guard
 from .progress import ProgressMeter
 from .resume import Resumable, WholeEvents
-from .stats import Outcome
+from .stats import Outcome, ending_of
 
 if TYPE_CHECKING:
     from .exchange import Exchange
@@ -262,16 +262,14 @@ class BodyWatch:
         guard, exc, meter = self._guard, self._ending, self._meter
         if self._cut_after_done():
             return "completed", None, None
-        if isinstance(exc, StreamStalled):
-            return "stalled", guard.fired_stage or exc.stage, None
-        if isinstance(exc, StreamInterrupted):
-            return "interrupted", exc.stage, exc.reason
+        if isinstance(exc, (StreamStalled, StreamInterrupted)):
+            return ending_of(exc, guard.fired_stage)
         if guard.fired == "stalled":
             return "stalled", guard.fired_stage, None
         if guard.fired == "interrupted":
             return "interrupted", guard.fired_stage, guard.reason
         if exc is not None:
-            return "error", None, f"{type(exc).__name__}: {exc}"
+            return ending_of(exc, None)
         if guard.fired == "closed":
             return "closed", None, None
         status = self._exchange.record.status
@@ -309,11 +307,13 @@ class BodyWatch:
 _Response = TypeVar("_Response", bound=httpx.Response)
 
 
-def rebuilt(response: _Response, stream: Any) -> _Response:
-    """``response`` itself, with its body stream replaced by the watched one.
+def rebuilt(response: _Response, stream: BodyWatch) -> _Response:
+    """``response`` itself, with its body stream replaced by the watched one, which from
+    now on reports its end (in the response's ``extensions`` too).
 
     Nothing else changes: the caller gets the inner transport's own object,
     with its class, ``request``, ``extensions`` and any state it already had.
     """
-    response.stream = stream
+    stream.hand_over(response.extensions)
+    response.stream = stream  # type: ignore[assignment]
     return response

@@ -21,6 +21,7 @@ import fnmatch
 import json
 import math
 import re
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -29,13 +30,16 @@ from typing import Final
 __all__ = [
     "BYTES_PER_TOKEN",
     "DEFAULT_BUDGET_RULES",
+    "MAX_SECONDS",
     "REASONING_MODELS",
     "BudgetRules",
     "CallBudgets",
     "DefaultSeconds",
     "ModelBudget",
+    "check_seconds",
     "derive",
     "estimate_tokens",
+    "in_range",
     "model_of",
 ]
 
@@ -63,14 +67,36 @@ class DefaultSeconds(float):
         return (DefaultSeconds, (float(self),))
 
 
-def _seconds(name: str, value: float | None) -> float | None:
+#: The longest finite budget, in seconds: a year. Longer ones are refused
+#: (``None`` turns a bound off) rather than handed to timers that cannot hold
+#: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+def check_seconds(name: str, value: object, *, also: str = "") -> float | None:
+    """``value`` as float seconds; ``None`` (or its synonym ``math.inf``) as ``None``;
+    a default (``DefaultSeconds``) as itself. Anything else is a ``ValueError``
+    naming ``name`` (``also``: what else it may be)."""
+    if isinstance(value, DefaultSeconds):
+        return value
     if value is None or (isinstance(value, float) and value == math.inf):
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        # Compared before any float(): an int too large for a float is refused, not raised on.
+        or not in_range(value)
+    ):
         raise ValueError(
-            f"{name} must be a number of seconds > 0, or None for no bound; got {value!r}"
+            f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
+            f" or None for no bound{also}; got {reprlib.repr(value)}"
         )
     return float(value)
+
+
+def in_range(value: float) -> bool:
+    """``0 < value <= MAX_SECONDS``, or ``+inf``; NaN is out (every comparison fails)."""
+    return value == math.inf or 0 < value <= MAX_SECONDS
 
 
 @dataclass(frozen=True)
@@ -95,7 +121,7 @@ class ModelBudget:
         for name in ("first_event", "stale"):
             value = getattr(self, name)
             if value is not ...:
-                object.__setattr__(self, name, _seconds(f"ModelBudget.{name}", value))
+                object.__setattr__(self, name, check_seconds(f"ModelBudget.{name}", value))
         object.__setattr__(self, "_compiled", re.compile(fnmatch.translate(self.pattern.lower())))
 
     def matches(self, model: str) -> bool:
@@ -166,7 +192,7 @@ class BudgetRules:
                 raise ValueError(
                     f"BudgetRules.prompt_floors: tokens must be an int >= 0, got {tokens!r}"
                 )
-            checked = _seconds("BudgetRules.prompt_floors seconds", seconds)
+            checked = check_seconds("BudgetRules.prompt_floors seconds", seconds)
             if checked is None:
                 raise ValueError("BudgetRules.prompt_floors: seconds must be finite")
             floors.append((tokens, checked))

@@ -12,11 +12,14 @@ from typing import Any, ClassVar, Final, Literal
 
 from .budgets import (
     DEFAULT_BUDGET_RULES,
+    MAX_SECONDS,
     BudgetRules,
     CallBudgets,
     DefaultSeconds,
+    check_seconds,
     derive,
     estimate_tokens,
+    in_range,
 )
 from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, OFF, WireEvents, env_event_types, per_wire
 from .wires import Wire
@@ -31,10 +34,6 @@ ENV_RESUMES = "HERMES_STREAM_RESUMES"
 ENV_BUDGET_RULES = "HERMES_STREAM_BUDGET_RULES"
 #: ``stale_timeout``'s default: 180 s, which the budget rules may change per call.
 DEFAULT_STALE_TIMEOUT: Final = DefaultSeconds(180.0)
-#: The longest finite budget, in seconds: a year. Longer ones are refused
-#: (``None`` turns a bound off) rather than handed to timers that cannot hold
-#: them (``threading.TIMEOUT_MAX``, an event loop's millisecond clock).
-MAX_SECONDS = 365 * 24 * 3600.0
 
 
 class _SameAsStale(enum.Enum):
@@ -151,13 +150,13 @@ class StreamPolicy:
                 " first_event_timeout); give seconds, or None for no stall watch"
             )
         object.__setattr__(
-            self, "stale_timeout", _check_seconds("stale_timeout", self.stale_timeout)
+            self, "stale_timeout", check_seconds("stale_timeout", self.stale_timeout)
         )
         if self.first_event_timeout is not SAME_AS_STALE:
             object.__setattr__(
                 self,
                 "first_event_timeout",
-                _check_seconds(
+                check_seconds(
                     "first_event_timeout",
                     self.first_event_timeout,
                     also=", or StreamPolicy.SAME_AS_STALE",
@@ -296,31 +295,6 @@ class _Unset:
 _UNSET: Any = _Unset()
 
 
-def _check_seconds(name: str, value: object, *, also: str = "") -> float | None:
-    """``value`` as float seconds; ``None`` (or its synonym ``math.inf``) as ``None``;
-    a default (``DefaultSeconds``) as itself."""
-    if isinstance(value, DefaultSeconds):
-        return value
-    if value is None or (isinstance(value, float) and value == math.inf):
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        # Compared before any float(): an int too large for a float is refused, not raised on.
-        or not _in_range(value)
-    ):
-        raise ValueError(
-            f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
-            f" or None for no bound{also}; got {reprlib.repr(value)}"
-        )
-    return float(value)
-
-
-def _in_range(value: float) -> bool:
-    """``0 < value <= MAX_SECONDS``, or ``+inf``; NaN is out (every comparison fails)."""
-    return value == math.inf or 0 < value <= MAX_SECONDS
-
-
 def _env_seconds(env: Mapping[str, str], name: str) -> Any:
     """The variable's seconds, ``None`` for ``off``, or ``_UNSET`` when unset or blank."""
     raw = env.get(name, "").strip()
@@ -334,7 +308,7 @@ def _env_seconds(env: Mapping[str, str], name: str) -> Any:
         value = math.nan
     # "1e400" parses as inf: only a spelled-out infinity means no bound.
     spelled_inf = raw.lower().lstrip("+") in ("inf", "infinity")
-    if not _in_range(value) or (value == math.inf and not spelled_inf):
+    if not in_range(value) or (value == math.inf and not spelled_inf):
         raise ValueError(
             f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
             f" or 'off'; got {raw!r}"

@@ -20,6 +20,7 @@ from typing import Literal
 
 import httpx
 
+from .attempt import url_without_query
 from .budgets import CallBudgets
 from .clock import monotonic
 from .errors import Handoff, StreamInterrupted, StreamStalled
@@ -31,6 +32,7 @@ __all__ = [
     "StatsCallback",
     "StreamRecord",
     "StreamStats",
+    "ending_of",
 ]
 
 logger = logging.getLogger("hermes_transport")
@@ -178,6 +180,20 @@ class StreamStats:
     budgets: CallBudgets
 
 
+def ending_of(
+    error: BaseException, fired_stage: str | None
+) -> tuple[Outcome, str | None, str | None]:
+    """How a stream that ends with ``error`` ended: its outcome, stage and error text
+    (``fired_stage``: where its guard fired, if it did, the finer stage)."""
+    if isinstance(error, Handoff):
+        error = error.error
+    if isinstance(error, StreamStalled):
+        return "stalled", fired_stage or error.stage, None
+    if isinstance(error, StreamInterrupted):
+        return "interrupted", error.stage or fired_stage, error.reason
+    return "error", None, f"{type(error).__name__}: {error}"
+
+
 #: What a transport calls with each stream's statistics.
 StatsCallback = Callable[[StreamStats], object]
 
@@ -192,7 +208,6 @@ class StreamRecord:
 
     __slots__ = (
         "_callback",
-        "_finished",
         "_method",
         "_url",
         "attempts",
@@ -201,12 +216,12 @@ class StreamRecord:
         "comment_bytes",
         "connect",
         "events",
+        "finished",
         "first_event",
         "first_output",
         "gaps",
         "headers",
         "heartbeats",
-        "model",
         "resends",
         "resumes",
         "server_address",
@@ -224,16 +239,14 @@ class StreamRecord:
         callback: StatsCallback | None,
     ) -> None:
         self.started = monotonic()
-        url = request.url  # never its query: some providers put API keys there
         self._method = request.method
-        self._url = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
-        self.server_address = url.host
+        self._url = url_without_query(request.url)
+        self.server_address = request.url.host
         self.attempts = 0  # sent, resumes included
         self.wire = wire
         self.budgets = budgets
-        self.model = budgets.model
         self._callback = callback
-        self._finished = False
+        self.finished = False  # ``finish`` has run
         self.gaps = GapSummary()
         self.resends = 0
         self.resumes = 0
@@ -278,21 +291,10 @@ class StreamRecord:
         self.events, self.heartbeats = events, heartbeats
         self.comment_bytes, self.bytes = comment_bytes, body_bytes
 
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
     def gave_up(self, error: BaseException, fired_stage: str | None) -> None:
         """The request raises ``error`` with no response for the caller (the guard of its
         last attempt fired at ``fired_stage``, if it did): the end of the stream."""
-        if isinstance(error, Handoff):
-            error = error.error
-        if isinstance(error, StreamStalled):
-            self.finish("stalled", fired_stage or error.stage)
-        elif isinstance(error, StreamInterrupted):
-            self.finish("interrupted", error.stage or fired_stage, error.reason)
-        else:
-            self.finish("error", None, f"{type(error).__name__}: {error}")
+        self.finish(*ending_of(error, fired_stage))
 
     def finish(
         self, outcome: Outcome, stage: str | None = None, error: str | None = None
@@ -302,14 +304,14 @@ class StreamRecord:
         A callback that raises is logged, never raised: the stream's own
         outcome is what the caller gets.
         """
-        if self._finished:
+        if self.finished:
             return None
-        self._finished = True
+        self.finished = True
         gaps = self.gaps
         gap_count = gaps.count
         stats = StreamStats(
             wire=self.wire,
-            model=self.model,
+            model=self.budgets.model,
             method=self._method,
             url=self._url,
             server_address=self.server_address,

@@ -179,7 +179,6 @@ class AsyncShell(Shell[_AsyncInner]):
         finally:
             current_guard.reset(context)
         assert stream is not None
-        stream.hand_over(response.extensions)
         return rebuilt(response, stream)
 
     async def aclose(self) -> None:

@@ -149,7 +149,6 @@ class SyncShell(Shell[_SyncInner]):
         except BaseException:
             stream.close()
             raise
-        stream.hand_over(response.extensions)
         return rebuilt(response, stream)
 
     def close(self) -> None:

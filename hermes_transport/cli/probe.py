@@ -39,6 +39,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from .._core.attempt import url_without_query
 from .._core.budgets import CallBudgets
 from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
@@ -158,18 +159,13 @@ def _request(
     return client.build_request("POST", url, content=body, headers=headers)
 
 
-def _shown_url(url: httpx.URL) -> str:
-    # No user info and no query string: either may carry a credential.
-    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
-
-
 def _heading(request: httpx.Request, options: ProbeOptions, budgets: CallBudgets) -> str:
     server = (
         "" if options.base_url is not None else f" | embedded fault server, {options.scenario}"
     )
     key = f"key from ${options.api_key_env}" if options.api_key_env else "no API key"
     return (
-        f"probe: POST {_shown_url(request.url)} | model {options.model} | {key}{server}\n"
+        f"probe: POST {url_without_query(request.url)} | model {options.model} | {key}{server}\n"
         f"budgets: {budgets} | gaps over {options.gap:g} s listed"
     )
 
@@ -319,7 +315,7 @@ def _report(
         "verdict": verdict.kind,
         "detail": verdict.detail,
         "exit_code": verdict.exit_code,
-        "url": _shown_url(request.url),
+        "url": url_without_query(request.url),
         "model": options.model,
         "embedded": options.base_url is None,
         "scenario": options.scenario,

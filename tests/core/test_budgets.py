@@ -171,6 +171,7 @@ def test_a_default_survives_copies_and_pickles(copier: Any) -> None:
         ({"pattern": ""}, "pattern must be a non-empty str"),
         ({"pattern": "x", "stale": 0}, "ModelBudget.stale must be a number of seconds > 0"),
         ({"pattern": "x", "first_event": "5"}, "ModelBudget.first_event"),
+        ({"pattern": "x", "stale": 1e12}, r"ModelBudget.stale .* at most 31536000 \(a year\)"),
     ],
 )
 def test_a_malformed_model_rule_names_its_field(kwargs: dict[str, Any], match: str) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from hermes_transport import BudgetRules, DefaultSeconds, StreamStalled
-from hermes_transport._core.policy import MAX_SECONDS, StreamPolicy
+from hermes_transport._core.budgets import MAX_SECONDS
+from hermes_transport._core.policy import StreamPolicy
 from hermes_transport._core.wires import WIRES
 from hermes_transport.testing import FaultServer, Scenario
 
