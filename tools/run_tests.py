@@ -1,30 +1,37 @@
 #!/usr/bin/env python3
-"""Install and run the whole test suite once per supported openai major.
+"""Install and run the whole test suite once per supported openai major, then the frameworks'.
 
 Each major gets its own virtual environment under ``.venvs/`` (created on first
 use, refreshed on every run) with this project (editable, with its ``httpx2``
 extra) and ``requirements-test.txt`` installed, plus the newest release of that
-openai major and that major's own requirement files, if it has any
-(``MAJOR_REQUIREMENTS``): what only that major's tests use, such as the OpenAI
-Agents SDK (``requirements-agents.txt``), which requires openai 3.x and is
-installed for major 3 only; its tests skip where it is not installed.
+openai major. The frameworks of the README's "Works with" recipes get
+environments of their own (``FRAMEWORK_ENVIRONMENTS``): they do not install
+beside one another (LlamaIndex requires openai<3, pydantic-ai openai>=3.31), and
+none of them reaches the project's own runs. Packages are installed with uv
+(pinned in ``INSTALLER``, itself installed by pip into ``.venvs/tools``), which
+builds an environment in seconds where pip takes a minute; where uv cannot be
+installed, pip does it.
 
 First, once, the check gate (``tools/check.py``) runs in the newest major's
 environment: ``ruff check``, ``ruff format --check`` and ``mypy --strict`` on
 the package, the tests (the type test of the public API included) and the
-tools. Then, for each major, pytest runs in its environment, and after it the
-SDK transparency check (``tools/sdk_transparency.py``): the installed openai
-and anthropic SDKs' own client and streaming tests, plainly and with every
-client on the watchdog, must give the same results. Tests marked ``once`` (they
-do not depend on the openai major) run only with the newest major tested. The gate counts as one
-test in the summary, and the transparency check as one per major. The script
-exits non-zero if the gate, any run or any check fails, and ends with one
-summary line.
+tools. Then, for each major, pytest runs in its environment (all but
+``tests/frameworks/``), and after it the SDK transparency check
+(``tools/sdk_transparency.py``): the installed openai and anthropic SDKs' own
+client and streaming tests, plainly and with every client on the watchdog, must
+give the same results. Tests marked ``once`` (they do not depend on the openai
+major) run only with the newest major tested. Last, ``tests/frameworks/`` runs
+in each frameworks environment whose openai major is tested, each of its
+frameworks required (``HERMES_TEST_FRAMEWORKS``): a recipe test never passes by
+skipping. The gate counts as one test in the summary, and the transparency
+check as one per major. The script exits non-zero if the gate, any run or any
+check fails, and ends with one summary line.
 
-    python3 tools/run_tests.py                      # every major
+    python3 tools/run_tests.py                      # every major, then the frameworks
     python3 tools/run_tests.py --major 2            # just one (the gate still runs, on the newest)
     python3 tools/run_tests.py --no-check           # without the check gate
     python3 tools/run_tests.py --no-transparency    # without the SDK transparency check
+    python3 tools/run_tests.py --no-frameworks      # without the frameworks' recipe tests
     python3 tools/run_tests.py -- -k stall          # extra pytest arguments after --
 """
 
@@ -37,16 +44,42 @@ import subprocess
 import sys
 import time
 import venv
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAJORS = ("1", "2", "3")
 # The test runner, what the tests use and the check gate's tools: no extra of the package.
 REQUIREMENTS = "requirements-test.txt"
-# What one major's environment installs besides: packages that require that major.
-MAJOR_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "3": ("requirements-agents.txt",),  # the OpenAI Agents SDK: openai>=3,<4 and httpx2
-}
+# The installer, pinned as the gate's tools are: the environments are the commit's.
+INSTALLER = "uv==0.13.9"
+FRAMEWORK_TESTS = "tests/frameworks"
+
+
+@dataclass(frozen=True)
+class Frameworks:
+    """One frameworks environment: its openai major, requirement file and required modules."""
+
+    major: str
+    requirements: str
+    modules: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"frameworks-openai{self.major}"
+
+
+FRAMEWORK_ENVIRONMENTS = (
+    Frameworks(
+        "3",
+        "requirements-frameworks.txt",
+        ("agents", "langchain_anthropic", "langchain_openai", "litellm", "pydantic_ai"),
+    ),
+    Frameworks(
+        "2", "requirements-frameworks-openai2.txt", ("instructor", "llama_index.llms.openai")
+    ),
+)
 SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed)")
 
 
@@ -59,21 +92,45 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, text=True, check=False)
 
 
-def _prepare(major: str) -> Path:
-    env_dir = ROOT / ".venvs" / f"openai{major}"
+@cache
+def _installer() -> list[str]:
+    """The install command's head: uv's (``.venvs/tools``), or pip's where uv will not install."""
+    tools = ROOT / ".venvs" / "tools"
+    uv = (
+        tools / ("Scripts" if os.name == "nt" else "bin") / ("uv.exe" if os.name == "nt" else "uv")
+    )
+    if not _python(tools).exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(tools)
+    pip = [str(_python(tools)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if _run([*pip, INSTALLER]).returncode != 0 or not uv.exists():
+        print(f"(could not install {INSTALLER}: installing with pip instead)", flush=True)
+        return []
+    # Compiled at install, as pip does: else every test process compiles what it imports.
+    return [str(uv), "pip", "install", "--quiet", "--compile-bytecode"]
+
+
+def _prepare(name: str, major: str, requirement_files: tuple[str, ...] = ()) -> Path:
+    """``.venvs/<name>``, made if missing and brought up to date: its interpreter."""
+    env_dir = ROOT / ".venvs" / name
     if not _python(env_dir).exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = str(_python(env_dir))
-    install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    head = _installer()
+    if head:
+        install = [*head, "--python", python]
+    else:
+        install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     openai = f"openai>={major},<{int(major) + 1}"
-    extra = [arg for name in MAJOR_REQUIREMENTS.get(major, ()) for arg in ("-r", name)]
+    extra = [arg for file in requirement_files for arg in ("-r", file)]
     result = _run([*install, "--upgrade", "-e", ".[httpx2]", "-r", REQUIREMENTS, *extra, openai])
     if result.returncode != 0:
-        raise SystemExit(f"installing the test environment for openai {major}.x failed")
+        raise SystemExit(f"installing the test environment .venvs/{name} failed")
     return _python(env_dir)
 
 
-def _pytest(python: Path, pytest_args: list[str]) -> tuple[int, int, int]:
+def _pytest(
+    python: Path, pytest_args: list[str], env: dict[str, str] | None = None
+) -> tuple[int, int, int]:
     """Run pytest there, echoing it live: (passed, failed or errors, exit status).
 
     Exit status 5 (no test selected, e.g. no timing test matched a -k) is a pass.
@@ -82,7 +139,7 @@ def _pytest(python: Path, pytest_args: list[str]) -> tuple[int, int, int]:
     print("+", " ".join(cmd), flush=True)
     last = ""
     with subprocess.Popen(
-        cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # echoed live, the last non-empty one kept
@@ -123,6 +180,37 @@ def _transparency(major: str, version: str) -> bool:
     return check.returncode == 0
 
 
+def _passes(
+    python: Path,
+    marks: str,
+    pytest_args: list[str],
+    env: dict[str, str] | None = None,
+    workers: int = 4,
+) -> tuple[int, int, int]:
+    """The parallel pass, then the timing pass: (passed, failed, the first non-zero exit)."""
+    # Four workers on any machine: the tests mostly wait on budgets and timers
+    # (a serial run uses about a third of one core), so four fit two cores.
+    # Tests bound by wall-clock time (marked `timing`) run after that pass, on
+    # their own with one worker per core, so a busy machine does not make them late.
+    totals = [0, 0, 0]
+    parallel = ["-n", str(workers), "-m", f"not timing{marks}"]
+    for passes in (parallel, ["-n", "2", "-m", f"timing{marks}"]):
+        passed, broken, code = _pytest(python, [*passes, *pytest_args], env)
+        totals[0] += passed
+        totals[1] += broken
+        totals[2] = totals[2] or code
+    return totals[0], totals[1], totals[2]
+
+
+def _openai_version(python: Path) -> str:
+    return subprocess.run(
+        [str(python), "-c", "import openai; print(openai.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--major", choices=MAJORS, action="append", help="openai major(s) to test")
@@ -136,60 +224,71 @@ def main() -> int:
         action="store_true",
         help="skip the SDK transparency check (tools/sdk_transparency.py)",
     )
+    parser.add_argument(
+        "--no-frameworks",
+        action="store_true",
+        help="skip the frameworks' recipe tests (tests/frameworks/, in their own environments)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
+    majors = args.major or list(MAJORS)
     totals = {"passed": 0, "failed": 0}
-    failed_majors = []
+    failed: list[str] = []
     pythons: dict[str, Path] = {}
     gate_failed = False
     if not args.no_check:
         # Once, before the suites, with the tools of the newest major's environment:
         # the same verdict whichever majors are tested.
-        pythons[MAJORS[-1]] = _prepare(MAJORS[-1])
+        pythons[MAJORS[-1]] = _prepare(f"openai{MAJORS[-1]}", MAJORS[-1])
         gate_failed = not _check(pythons[MAJORS[-1]])
         totals["failed" if gate_failed else "passed"] += 1
-    for major in args.major or MAJORS:
+    for major in majors:
         started = time.monotonic()
-        python = pythons.get(major) or _prepare(major)
-        version = subprocess.run(
-            [str(python), "-c", "import openai; print(openai.__version__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        python = pythons.get(major) or _prepare(f"openai{major}", major)
+        version = _openai_version(python)
         print(f"\n=== openai {version} ===", flush=True)
-        # Four workers on any machine: the tests mostly wait on budgets and timers
-        # (a serial run uses about a third of one core), so four fit two cores.
-        # Tests bound by wall-clock time (marked `timing`) run after that pass, on
-        # their own with one worker per core, so a busy machine does not make them late.
         # Tests marked `once` do not depend on the openai major: only the newest
-        # major tested runs them.
-        once = "" if major == max(args.major or MAJORS) else " and not once"
-        returncode = 0
-        for passes in (
-            ["-n", "4", "-m", f"not timing{once}"],
-            ["-n", "2", "-m", f"timing{once}"],
-        ):
-            passed, broken, code = _pytest(python, [*passes, *args.pytest_args])
-            totals["passed"] += passed
-            totals["failed"] += broken
-            returncode = returncode or code
-        if returncode != 0:
-            failed_majors.append(version)
+        # major tested runs them. The frameworks' tests run in their own environments.
+        once = "" if major == max(majors) else " and not once"
+        passed, broken, code = _passes(
+            python, once, ["--ignore", FRAMEWORK_TESTS, *args.pytest_args]
+        )
+        totals["passed"] += passed
+        totals["failed"] += broken
+        if code != 0:
+            failed.append(f"openai {version}")
         took = time.monotonic() - started
-        print(f"=== openai {version}: exit {returncode} in {took:.0f} s ===", flush=True)
+        print(f"=== openai {version}: exit {code} in {took:.0f} s ===", flush=True)
         if not args.no_transparency:
             if _transparency(major, version):
                 totals["passed"] += 1
             else:
                 totals["failed"] += 1
-                failed_majors.append(f"{version} (SDK transparency)")
+                failed.append(f"openai {version} (SDK transparency)")
+    for frameworks in FRAMEWORK_ENVIRONMENTS if not args.no_frameworks else ():
+        if frameworks.major not in majors:
+            continue
+        started = time.monotonic()
+        python = _prepare(frameworks.name, frameworks.major, (frameworks.requirements,))
+        print(f"\n=== {frameworks.name} (openai {_openai_version(python)}) ===", flush=True)
+        env = {**os.environ, "HERMES_TEST_FRAMEWORKS": ",".join(frameworks.modules)}
+        # Two workers: each imports every framework of the environment (litellm alone
+        # takes seconds of CPU), which costs more than two more workers gain.
+        passed, broken, code = _passes(
+            python, "", [FRAMEWORK_TESTS, *args.pytest_args], env, workers=2
+        )
+        totals["passed"] += passed
+        totals["failed"] += broken
+        if code != 0:
+            failed.append(frameworks.name)
+        took = time.monotonic() - started
+        print(f"=== {frameworks.name}: exit {code} in {took:.0f} s ===", flush=True)
     if gate_failed:
         print("\nFAILED: the check gate (tools/check.py; its last lines say which check)")
-    if failed_majors:
-        print(f"\nFAILED on openai {', '.join(failed_majors)}")
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
     print(f"\n{totals['passed']} passed, {totals['failed']} failed")
-    return 1 if gate_failed or failed_majors else 0
+    return 1 if gate_failed or failed else 0
 
 
 if __name__ == "__main__":

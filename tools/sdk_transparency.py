@@ -36,7 +36,8 @@ those their tests load (``TEST_DEPENDENCIES``), plus pytest-timeout. The sdists
 come from the package registry (``pip download --no-binary :all: --no-deps``);
 only their ``tests/`` and ``pyproject.toml`` are unpacked, so the tests import
 the installed SDK, under the SDK's own pytest configuration. The environment is
-rebuilt only when a version or this recipe changes. Nothing else uses the
+rebuilt only when a version or this recipe changes, with uv where the test command
+installed it (else pip). Nothing else uses the
 network: the tests mock every request (respx, ``MockTransport``) or serve it on
 loopback; none needs the SDKs' mock API server, so none is deselected. On
 openai 3.x the openai suite runs with ``OPENAI_TEST_LEGACY_HTTPX=1``, the SDK's
@@ -490,7 +491,7 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
     constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items())), "utf-8")
     wanted = [f"{sdk}[aiohttp]=={versions[sdk]}" for sdk in present]
     wanted += [f"httpx2=={versions['httpx2']}"] if "httpx2" in versions else []
-    install = [*pip, "install", "--quiet", "--constraint", str(constraints), "--editable", "."]
+    install = [*_installer(python), "--constraint", str(constraints), "--editable", "."]
     _run_quiet(
         [*install, *wanted, *sorted(requirements), *HARNESS_DEPENDENCIES],
         "installing the SDK test environment",
@@ -499,6 +500,26 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
     took = time.monotonic() - started
     _say(f"sdk_transparency: .venvs/sdk-openai{major} built in {took:.0f} s")
     return Environment(python, versions, suites)
+
+
+def _installer(python: Path) -> list[str]:
+    """The install command's head for ``python``'s environment: uv's, where the test command
+    installed it (``.venvs/tools``, as ``tools/run_tests.py`` does), else pip's."""
+    tools = ROOT / ".venvs" / "tools"
+    uv = (
+        tools / ("Scripts" if os.name == "nt" else "bin") / ("uv.exe" if os.name == "nt" else "uv")
+    )
+    if uv.exists():
+        return [
+            str(uv),
+            "pip",
+            "install",
+            "--quiet",
+            "--compile-bytecode",
+            "--python",
+            str(python),
+        ]
+    return [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
 
 
 def _environment(environment: Environment, run: Run) -> dict[str, str]:

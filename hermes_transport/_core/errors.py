@@ -39,6 +39,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib
+import re
 import sys
 from typing import Any, Literal, TypeVar, cast
 
@@ -252,9 +253,46 @@ def _is_group(exc: BaseException) -> bool:
     return group is not None and isinstance(exc, group)
 
 
-def for_caller(error: StreamStalled | StreamInterrupted, *, handoff: bool) -> BaseException:
-    """What ``handle_request`` raises for a final stall or an interrupt."""
-    return Handoff(error) if handoff else error
+def for_caller(
+    error: StreamStalled | StreamInterrupted,
+    *,
+    handoff: bool,
+    request: httpx.Request | None = None,
+) -> BaseException:
+    """What ``handle_request`` raises for a final stall or an interrupt: to a runner, a
+    ``Handoff``; else a stall of ``request`` as the SDK that sent it would end it
+    (``given_up``), or the error itself."""
+    if handoff:
+        return Handoff(error)
+    if request is not None and isinstance(error, StreamStalled):
+        return given_up(error, request)
+    return error
+
+
+#: The openai SDK's User-Agent: ``OpenAI/Python 2.54.0`` (``AsyncOpenAI/``, ``AzureOpenAI/``).
+_OPENAI_USER_AGENT = re.compile(r"OpenAI/Python (\d+)\.")
+
+
+def given_up(error: StreamStalled, request: httpx.Request) -> Exception:
+    """What ``handle_request`` raises, off a runner, for a stall whose re-sends are spent.
+
+    openai 2.x and 3.x retry a ``StreamStalled`` raised before the response (it is an
+    httpx ``ReadTimeout``) up to ``max_retries`` times, then raise ``openai.APITimeoutError``
+    from it. Each retry fails at once, offline (the call's re-sends are spent), but only
+    after the SDK's back-off sleep (0.5, 1, 2 s, ...). For a request that SDK sent (its
+    ``User-Agent`` says so) the transport raises that ``APITimeoutError`` itself, with the
+    stall as its cause: the SDK lets its own errors through at once, so the caller gets
+    the same error without the sleeps. openai 1.x retries every exception and the
+    anthropic SDK its own connection errors (an ``APITimeoutError`` among them): their
+    requests, and any other client's, get the stall as it is.
+    """
+    match = _OPENAI_USER_AGENT.search(request.headers.get("user-agent", ""))
+    sdk_timeout = getattr(sys.modules.get("openai"), "APITimeoutError", None)
+    if match is None or int(match.group(1)) < 2 or not isinstance(sdk_timeout, type):
+        return error
+    wrapped: Exception = sdk_timeout(request=request)
+    wrapped.__cause__ = error
+    return wrapped
 
 
 def _sdk_errors(

@@ -136,11 +136,19 @@ class Exchange:
             else None
         )
         self._handoff = under_runner()
-        if self._call is not None and self._call.exhausted_by_stalls():
-            # An SDK retry of a stream whose re-sends are spent: fail at once, offline.
-            assert self._call.last_stall is not None
-            raise for_caller(self._call.last_stall, handoff=self._handoff)
         self._tokens = (*bound, own_interrupt) if own_interrupt is not None else tuple(bound)
+        if self._call is not None and self._call.exhausted_by_stalls():
+            # An SDK retry of a stream whose re-sends are spent: fail at once, offline,
+            # with the interrupt if one fired during the SDK's back-off.
+            fired = next((token.reason for token in self._tokens if token.interrupted), None)
+            assert self._call.last_stall is not None
+            stall = self._call.last_stall
+            error = (
+                stall
+                if fired is None
+                else interrupted_before_response(fired, stage="before_sending")
+            )
+            raise for_caller(error, handoff=self._handoff, request=request)
         self._error_resends = 0
         #: Seconds the shell waits before the next attempt (after a transient
         #: error event; a stall is re-sent at once).
@@ -225,6 +233,10 @@ class Exchange:
 
     def answered(self, response: httpx.Response, guard: Guard) -> None:
         """An attempt's response headers came (a re-send's replace an earlier one's)."""
+        # A budget put off until the connection (``budget_from_connection``) starts now
+        # if no connection was seen: a mock patched in under the pool (respx,
+        # pytest-httpx2) answers without one. A no-op once it has started.
+        guard.start_budget()
         self.record.answered(response.status_code, guard.connect_seconds, guard.tls_seconds)
 
     def finish(
@@ -311,7 +323,7 @@ class Exchange:
             return None
         logger.warning("%s %s: %s; no re-send left", attempt.request.method, attempt.url, error)
         error.__cause__ = shown_cause(exc)  # kept when the runner unwraps a handoff
-        return for_caller(error, handoff=self._handoff)
+        return for_caller(error, handoff=self._handoff, request=self._request)
 
     def meter_for(self, response: httpx.Response, guard: Guard) -> ProgressMeter | None:
         """The progress meter of a response just received (``None``: not an event stream).

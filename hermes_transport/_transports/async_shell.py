@@ -123,7 +123,7 @@ class AsyncShell(Shell[_AsyncInner]):
                 return response
             # Raised out of the handler, so the dead attempt's exception is never the
             # error's context: its cause is only what shown_cause() keeps.
-            raise error from cause
+            raise error from (error.__cause__ or cause)  # given_up() sets its own
 
     async def _send(
         self,

@@ -107,7 +107,7 @@ class SyncShell(Shell[_SyncInner]):
                 return response
             # Raised out of the handler, so the dead attempt's exception is never the
             # error's context: its cause is only what shown_cause() keeps.
-            raise error from cause
+            raise error from (error.__cause__ or cause)  # given_up() sets its own
 
     def _sent(self, request: Any, guard: Guard) -> Any:
         """``request`` sent through the inner transport under ``guard``, which can reach

@@ -12,6 +12,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
+from hermes_transport import Interrupt, StreamPolicy, StreamStalled, StreamStats
+from hermes_transport.testing import FaultServer, Scenario
+
 from _stats_support import (
     CHAT,
     ENDINGS,
@@ -25,10 +29,6 @@ from _stats_support import (
     fields,
     known,
 )
-
-from hermes_transport import Interrupt, StreamPolicy, StreamStalled, StreamStats
-from hermes_transport.testing import FaultServer, Scenario
-
 from _support import Flavor, chat_body
 
 # No SDK here: the same under every openai major, so run with the newest only.

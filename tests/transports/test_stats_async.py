@@ -14,6 +14,10 @@ from typing import Any
 
 import pytest
 import trio
+
+from hermes_transport import Interrupt, StreamPolicy, StreamStalled, StreamStats
+from hermes_transport.testing import FaultServer, Scenario
+
 from _stats_support import (
     CHAT,
     ENDINGS,
@@ -27,10 +31,6 @@ from _stats_support import (
     fields,
     known,
 )
-
-from hermes_transport import Interrupt, StreamPolicy, StreamStalled, StreamStats
-from hermes_transport.testing import FaultServer, Scenario
-
 from _support import Flavor, chat_body, ignore_abandoned_async_generators
 
 # No SDK here: the same under every openai major, so run with the newest only.

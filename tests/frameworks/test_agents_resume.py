@@ -7,9 +7,9 @@ fault server. With ``background=True`` in the request (``ModelSettings.extra_arg
 or ``extra_body``), a connection that stalls or dies after the first output is
 resumed with one ``GET /v1/responses/{id}?stream=true&starting_after=N`` and the
 agent gets its whole answer, each event once; without it the turn fails with the
-``StreamStalled`` in its cause chain. The Agents SDK needs openai 3.x
-(``requirements-agents.txt``, installed for that major only): elsewhere the module
-skips. It runs on asyncio only, and its tracing is off, so nothing leaves loopback.
+``StreamStalled`` in its cause chain. The Agents SDK needs openai 3.x: it is installed in
+the frameworks' environment (``requirements-frameworks.txt``), where it is required;
+elsewhere the module skips. It runs on asyncio only, and its tracing is off, so nothing leaves loopback.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any
 import openai
 import pytest
 
-pytest.importorskip("agents")
+from _frameworks_support import framework
+
+framework("agents")
 
 from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
 
