@@ -17,7 +17,6 @@ the recipe overrides its two client properties.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -37,8 +36,13 @@ from hermes_transport import http_client_for as httpx_client_for
 from hermes_transport import httpx2 as ht2
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import ASYNC_INTERRUPTS, framework, interrupt_from_task
-from _support import PROMPT, assert_prompt, interrupt_when
+from _frameworks_support import (
+    ASYNC_INTERRUPTS,
+    framework,
+    interrupt_at,
+    interrupting,
+)
+from _support import PROMPT, assert_prompt
 
 langchain_openai = framework("langchain_openai")
 langchain_anthropic = framework("langchain_anthropic")
@@ -164,9 +168,10 @@ def test_lc_an_interrupt_from_another_thread_is_prompt(
     """An Interrupt bound around .stream() stops it promptly; StreamInterrupted comes out unwrapped."""
     server.scenario = scenario
     stop = Interrupt()
-    when = interrupt_when(stop, lambda: len(server.requests) == 1, delay=0.2)
+    seen: list[tuple[float, str]] = []
+    when = interrupt_at(stop, stage, server, seen)
     with _lc_chat(server) as llm, pytest.raises(StreamInterrupted) as caught, stop.bind():
-        _lc_drain(llm.stream("hi"), [])
+        _lc_drain(llm.stream("hi"), seen)
     assert_prompt(when, caught.value, stage)
     assert stream_error(caught.value) is caught.value
 
@@ -255,18 +260,13 @@ async def test_lc_async_an_interrupt_is_prompt(
     server.scenario = scenario
     stop = Interrupt()
     seen: list[tuple[float, str]] = []
-    when: list[float] = []
-    task: asyncio.Task[None] | None = None
-    if from_task:
-        task = asyncio.create_task(interrupt_from_task(stop, lambda: bool(seen), when))
-    else:
-        when = interrupt_when(stop, lambda: len(server.requests) == 1, delay=0.2)
-    async with _lc_achat(server) as llm:
+    async with (
+        interrupting(stop, stage, server, seen, from_task) as when,
+        _lc_achat(server) as llm,
+    ):
         with pytest.raises(StreamInterrupted) as caught, stop.bind():
             await _lc_adrain(llm.astream("hi"), seen)
     assert_prompt(when, caught.value, stage)
-    if task is not None:
-        await task
 
 
 class _LcWatchedChatAnthropic(ChatAnthropic):  # type: ignore[misc]

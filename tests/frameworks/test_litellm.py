@@ -39,8 +39,8 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework, interrupt_from_task
-from _support import assert_prompt, interrupt_when, record_sdk_sleeps
+from _frameworks_support import framework, interrupt_at, interrupting
+from _support import assert_prompt, record_sdk_sleeps
 
 # Read at import: else litellm fetches its model cost map from GitHub as it loads.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -195,8 +195,7 @@ def test_ll_an_interrupt_from_another_thread_is_prompt(
     server.scenario = scenario
     stop = Interrupt()
     seen: list[str] = []
-    ready = (lambda: bool(seen)) if stage == "mid_stream" else lambda: bool(server.requests)
-    when = interrupt_when(stop, ready, delay=0.2)
+    when = interrupt_at(stop, stage, server, seen)
     with _ll_client(server) as client, pytest.raises(raised) as caught, stop.bind():
         _ll_drain(client, seen)
     assert_prompt(when, _ll_ours_as_context(caught.value, StreamInterrupted), stage)
@@ -317,16 +316,8 @@ async def test_ll_async_an_interrupt_is_prompt(
     server.scenario = scenario
     stop = Interrupt()
     seen: list[str] = []
-    when: list[float] = []
-    task: asyncio.Task[None] | None = None
-    if from_task:
-        task = asyncio.create_task(interrupt_from_task(stop, lambda: bool(seen), when))
-    else:
-        ready = (lambda: bool(seen)) if stage == "mid_stream" else lambda: bool(server.requests)
-        when = interrupt_when(stop, ready, delay=0.2)
-    async with _ll_aclient(server) as client:
-        with pytest.raises(raised) as caught, stop.bind():
-            await _ll_adrain(client, seen)
+    async with interrupting(stop, stage, server, seen, from_task) as when:
+        async with _ll_aclient(server) as client:
+            with pytest.raises(raised) as caught, stop.bind():
+                await _ll_adrain(client, seen)
     assert_prompt(when, _ll_ours_as_context(caught.value, StreamInterrupted), stage)
-    if task is not None:
-        await task

@@ -20,7 +20,6 @@ Nothing leaves loopback: every name resolved must be loopback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import socket
@@ -43,8 +42,13 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import ASYNC_INTERRUPTS, framework, interrupt_from_task
-from _support import PROMPT, assert_prompt, interrupt_when, record_sdk_sleeps
+from _frameworks_support import (
+    ASYNC_INTERRUPTS,
+    framework,
+    interrupt_at,
+    interrupting,
+)
+from _support import PROMPT, assert_prompt, record_sdk_sleeps
 
 llama_index_openai = framework("llama_index.llms.openai")
 
@@ -182,8 +186,7 @@ def test_li_an_interrupt_from_another_thread_is_prompt(
     server.scenario = scenario
     stop = Interrupt()
     seen: list[str] = []
-    ready = (lambda: bool(seen)) if stage == "mid_stream" else lambda: bool(server.requests)
-    when = interrupt_when(stop, ready, delay=0.2)
+    when = interrupt_at(stop, stage, server, seen)
     with _li_llm(server) as llm, pytest.raises(StreamInterrupted) as caught, stop.bind():
         _li_drain(llm, seen)
     assert_prompt(when, caught.value, stage)
@@ -294,16 +297,7 @@ async def test_li_async_an_interrupt_is_prompt(
     server.scenario = scenario
     stop = Interrupt()
     seen: list[str] = []
-    when: list[float] = []
-    task: asyncio.Task[None] | None = None
-    if from_task:
-        task = asyncio.create_task(interrupt_from_task(stop, lambda: bool(seen), when))
-    else:
-        ready = (lambda: bool(seen)) if stage == "mid_stream" else lambda: bool(server.requests)
-        when = interrupt_when(stop, ready, delay=0.2)
-    async with _li_allm(server) as llm:
+    async with interrupting(stop, stage, server, seen, from_task) as when, _li_allm(server) as llm:
         with pytest.raises(StreamInterrupted) as caught, stop.bind():
             await _li_adrain(llm, seen)
     assert_prompt(when, caught.value, stage)
-    if task is not None:
-        await task
