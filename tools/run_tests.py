@@ -38,6 +38,7 @@ check fails, and ends with one summary line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -87,9 +88,9 @@ def _python(env_dir: Path) -> Path:
     return env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     print("+", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, cwd=ROOT, text=True, check=False)
+    return subprocess.run(cmd, cwd=ROOT, env=env, text=True, check=False)
 
 
 @cache
@@ -171,7 +172,10 @@ def _transparency(major: str, version: str) -> bool:
     print(f"\n=== openai {version}: SDK transparency ===", flush=True)
     # The anthropic SDK's suite does not depend on the openai major: once, with the newest.
     suites = ["--suite", "openai"] + (["--suite", "anthropic"] if major == MAJORS[-1] else [])
-    check = _run([sys.executable, "tools/sdk_transparency.py", "--major", major, *suites])
+    # Its SDK environments are built with the installer chosen here (sdk_transparency.py's
+    # INSTALLER_VARIABLE).
+    env = {**os.environ, "HERMES_TEST_INSTALLER": json.dumps(_installer())}
+    check = _run([sys.executable, "tools/sdk_transparency.py", "--major", major, *suites], env)
     took = time.monotonic() - started
     print(
         f"=== openai {version}: SDK transparency: exit {check.returncode} in {took:.0f} s ===",

@@ -36,8 +36,8 @@ those their tests load (``TEST_DEPENDENCIES``), plus pytest-timeout. The sdists
 come from the package registry (``pip download --no-binary :all: --no-deps``);
 only their ``tests/`` and ``pyproject.toml`` are unpacked, so the tests import
 the installed SDK, under the SDK's own pytest configuration. The environment is
-rebuilt only when a version or this recipe changes, with uv where the test command
-installed it (else pip). Nothing else uses the
+rebuilt only when a version or this recipe changes, with the installer the test command
+chose (uv; ``INSTALLER_VARIABLE``), or pip when run on its own. Nothing else uses the
 network: the tests mock every request (respx, ``MockTransport``) or serve it on
 loopback; none needs the SDKs' mock API server, so none is deselected. On
 openai 3.x the openai suite runs with ``OPENAI_TEST_LEGACY_HTTPX=1``, the SDK's
@@ -71,6 +71,8 @@ if TYPE_CHECKING:  # the hooks below run inside the SDK environment's pytest
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
 RECIPE = 1  # bump to rebuild every SDK environment
+# The install command's head (JSON) that tools/run_tests.py chose: uv's; unset or []: pip.
+INSTALLER_VARIABLE = "HERMES_TEST_INSTALLER"
 
 # Runtime packages pinned to the project environment's versions.
 PINNED = (
@@ -503,22 +505,11 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
 
 
 def _installer(python: Path) -> list[str]:
-    """The install command's head for ``python``'s environment: uv's, where the test command
-    installed it (``.venvs/tools``, as ``tools/run_tests.py`` does), else pip's."""
-    tools = ROOT / ".venvs" / "tools"
-    uv = (
-        tools / ("Scripts" if os.name == "nt" else "bin") / ("uv.exe" if os.name == "nt" else "uv")
-    )
-    if uv.exists():
-        return [
-            str(uv),
-            "pip",
-            "install",
-            "--quiet",
-            "--compile-bytecode",
-            "--python",
-            str(python),
-        ]
+    """The install command's head for ``python``'s environment: the one ``tools/run_tests.py``
+    chose (``INSTALLER_VARIABLE``: uv's), else pip's."""
+    head = json.loads(os.environ.get(INSTALLER_VARIABLE) or "[]")
+    if head:
+        return [*head, "--python", str(python)]
     return [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
 
 
