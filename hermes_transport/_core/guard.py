@@ -26,7 +26,9 @@ Invariants, all under ``_lock``:
 - a guard is never expired before its deadline, and a deadline that passes
   while the caller is behind (bytes unread, or the reader not in a read) is
   put off, for at most ``CALLER_LAG_LIMIT``: the caller's lag is not taken
-  for a silent server.
+  for a silent server; nor is a reader that has caught up only just (it may
+  be back from the socket with its bytes, not yet out of its read): it must
+  be seen waiting with nothing pending twice, a recheck apart.
 Shutdown, scheduling a cancel on an event loop and a zero-timeout poll of
 the socket are the only work done under the lock; none of them blocks.
 """
@@ -87,6 +89,7 @@ class Guard:
         "_pending_arm",
         "_pending_budget",
         "_tokens",
+        "_was_behind",
         "connect_seconds",
         "deadline",
         "fired",
@@ -121,6 +124,7 @@ class Guard:
         # the one that was first overdue (see _caller_behind).
         self._deferred_to: float | None = None
         self._overdue_since = 0.0
+        self._was_behind = False  # this overdue deadline's caller was last seen behind
 
     def bind(self, tokens: Sequence[Interrupt]) -> bool:
         """Register with interrupt tokens; ``False`` (and fired) if one is already interrupted."""
@@ -209,9 +213,19 @@ class Guard:
             return False
         if deadline != self._deferred_to:  # overdue for the first time, not moved by us
             self._overdue_since = deadline
+            self._was_behind = False
         now = monotonic()
-        if now - self._overdue_since >= CALLER_LAG_LIMIT or not caller_behind():
+        if now - self._overdue_since >= CALLER_LAG_LIMIT:
             return False
+        if caller_behind():
+            self._was_behind = True
+        elif not self._was_behind:
+            return False  # waiting with nothing pending, and never behind: silent
+        else:
+            # Caught up since the last look. A reader seen waiting with nothing
+            # pending may be one just back from the socket with its bytes, its
+            # thread not yet out of the read: silent only if seen so again.
+            self._was_behind = False
         self.deadline = self._deferred_to = now + CALLER_LAG_RECHECK
         return True
 

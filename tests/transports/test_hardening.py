@@ -9,6 +9,7 @@ cannot be reached.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
+import httpcore
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -30,7 +32,9 @@ from hermes_transport import (
     stream_chat_completion,
 )
 from hermes_transport._core.body import AFTER_DONE_SECONDS
-from hermes_transport._core.guard import Guard
+from hermes_transport._core.guard import CALLER_LAG_RECHECK, Guard, current_guard
+from hermes_transport._flavors import flavor_named
+from hermes_transport._io.backend import TrackingStream
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import FLAVORS, PROMPT, Flavor, chat_body, interrupt_when, redirector
@@ -644,6 +648,100 @@ def test_a_budget_put_off_until_the_connection_starts_only_then() -> None:
 
 
 # --- A caller that is behind is not a silent server ---------------------------------------
+
+
+class _PausingSyncStream(httpcore.NetworkStream):
+    """A socket stream whose thread, once a read has its bytes, is held back before it returns."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.took = threading.Event()
+        self.go_on = threading.Event()
+        self.reads = 0
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self.reads += 1
+        data = self._sock.recv(max_bytes)
+        if data:
+            self.took.set()
+            self.go_on.wait(10.0)
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._sock.sendall(buffer)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._sock if info == "socket" else None
+
+
+def _guarded_stream() -> tuple[TrackingStream, _PausingSyncStream, Guard, socket.socket]:
+    """A tracked stream over one end of a socket pair, attached to a new guard, and the other end."""
+    ours, theirs = socket.socketpair()
+    inner = _PausingSyncStream(ours)
+    stream = TrackingStream(inner, flavor_named("httpx"))
+    guard = Guard()
+    token = current_guard.set(guard)
+    try:
+        stream.write(b"GET / HTTP/1.1\r\n\r\n")
+    finally:
+        current_guard.reset(token)
+    return stream, inner, guard, theirs
+
+
+@pytest.mark.once  # no SDK: the same under every openai major
+def test_a_reader_that_was_never_behind_is_cut_at_the_first_look() -> None:
+    """A deadline that finds the reader waiting with nothing pending fires at once: a silent server costs no recheck."""
+    stream, inner, guard, theirs = _guarded_stream()
+    reader = threading.Thread(target=stream.read, args=(100,))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while inner.reads < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        guard.deadline = time.monotonic() - 0.01
+        guard.expire()
+        assert guard.fired == "stalled"
+    finally:
+        reader.join(10.0)
+        inner._sock.close()
+        theirs.close()
+
+
+@pytest.mark.once  # no SDK: the same under every openai major
+def test_a_read_that_has_just_taken_its_bytes_is_not_a_silent_server() -> None:
+    """A caller that catches up is not cut while its read is back from the socket but not yet from the read; once it waits with nothing pending, a recheck later, it is."""
+    stream, inner, guard, theirs = _guarded_stream()
+    reads: list[bytes] = []
+    reader = threading.Thread(target=lambda: reads.extend([stream.read(100), stream.read(100)]))
+    theirs.sendall(b"HTTP/1.1 200 OK\r\n")
+    try:
+        guard.deadline = time.monotonic() - 0.01
+        guard.expire()  # the answer waits unread: the caller is behind
+        assert guard.fired is None
+        reader.start()
+        assert inner.took.wait(10.0)
+        time.sleep(CALLER_LAG_RECHECK + 0.01)
+        guard.expire()  # the socket is empty, the read not over: not yet a silent server
+        assert guard.fired is None
+        inner.go_on.set()
+        deadline = time.monotonic() + 10.0
+        while inner.reads < 2 and time.monotonic() < deadline:  # into the second read
+            time.sleep(0.01)
+        time.sleep(CALLER_LAG_RECHECK + 0.01)
+        guard.expire()  # waiting with nothing pending, seen so twice: silent
+        assert guard.fired == "stalled"
+        reader.join(10.0)
+        assert reads == [b"HTTP/1.1 200 OK\r\n", b""]
+    finally:
+        inner.go_on.set()
+        reader.join(10.0)
+        inner._sock.close()
+        theirs.close()
+
 
 TICKING = replace(Scenario.healthy(content=tuple("abcdefghij")), event_interval=0.1)
 
