@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeVar
+from unittest import mock
 
 import httpx
 import openai
 
 import hermes_transport
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
+from hermes_transport._core import sse
 
 # One of each setting the factories must hand to the inner transport.
 CONNECTION_SETTINGS: list[dict[str, Any]] = [
@@ -431,3 +433,15 @@ def build_responses_models() -> None:
         response_id = stream.get_final_response().id
         with sdk.responses.retrieve(response_id, stream=True, starting_after=3) as resumed:
             list(resumed)
+
+
+#: The sizes of the run of events between a chunk's first and last boundary that the scanner
+#: reads one by one: its own (small fuzzed chunks stay below it), and none (every run skipped).
+MIDDLES = [sse._SMALL_MIDDLE, 0]
+
+
+@contextlib.contextmanager
+def events_read_one_by_one_up_to(size: int) -> Iterator[None]:
+    """Meanwhile the scanner reads runs of complete events up to ``size`` bytes one by one."""
+    with mock.patch.object(sse, "_SMALL_MIDDLE", size):
+        yield

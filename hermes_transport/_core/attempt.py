@@ -135,7 +135,7 @@ def mapped_error(
     guard: Guard,
     attempt: Attempt,
     stale: float | None,
-    events: int,
+    progress: str,
     exc: BaseException,
     *,
     in_body: bool,
@@ -145,6 +145,7 @@ def mapped_error(
 
     The one place where a killed connection's httpx error becomes ours.
     ``in_body``: raised while the caller reads the body, not in ``handle_request``.
+    ``progress`` says what is known of the events read (``ProgressMeter.progress``).
     ``note`` ends a stall's message (what was done about it), else ``attempt.hint``
     ends a mid-stream one.
     """
@@ -172,7 +173,7 @@ def mapped_error(
     if stage == "mid_stream":
         assert stale is not None
         return attempt.flavor.stalled(
-            f"stream stalled: no progress event for {stale:g} s after {events} event(s),"
+            f"stream stalled: no progress event for {stale:g} s after {progress},"
             f" {elapsed:.2f} s into attempt {attempt.number}{attempt.origin}"
             f"{note or attempt.hint}",
             request=attempt.request,

@@ -249,7 +249,10 @@ class BodyWatch:
         if record.finished:
             return
         if meter is not None:
-            record.counted(meter.events, meter.heartbeats, meter.comment_bytes, meter.bytes)
+            exact = meter.counted
+            counts = (meter.events, meter.heartbeats, meter.comment_bytes)
+            record.counts = counts if exact else (None, None, None)
+            record.bytes = meter.bytes
         if not self._handed:
             return
         outcome, stage, error = self._how_ended()
@@ -293,7 +296,7 @@ class BodyWatch:
             self._guard,
             self._attempt,
             self._stale,
-            meter.events if meter is not None else 0,
+            meter.progress if meter is not None else "0 event(s)",
             exc,
             in_body=True,
             note=self._note,

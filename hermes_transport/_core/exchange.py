@@ -300,7 +300,9 @@ class Exchange:
         if isinstance(exc, ResumeFailed):
             error = exc.error
         else:
-            error = mapped_error(guard, attempt, self.budgets.stale, 0, exc, in_body=False)
+            error = mapped_error(
+                guard, attempt, self.budgets.stale, "0 event(s)", exc, in_body=False
+            )
         if error is None:
             return exc
         if isinstance(error, StreamInterrupted):

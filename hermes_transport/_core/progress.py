@@ -142,9 +142,25 @@ class ProgressMeter:
         return bool(scanner.events or scanner.heartbeats or scanner.others or self._blind_chunks)
 
     @property
+    def counted(self) -> bool:
+        """Whether ``events``, ``heartbeats`` and ``comment_bytes`` are exact (never while
+        blind: chunks are not events)."""
+        return self._scanner.counted and not self.blind
+
+    @property
     def events(self) -> int:
         """Progress events completed so far (chunks, while blind)."""
         return self._scanner.events + self._blind_chunks
+
+    @property
+    def progress(self) -> str:
+        """What is known of the events read so far, as an error says it: a count only
+        where it is exact, never a wrong number."""
+        if self.blind:
+            return f"{self._blind_chunks} chunk(s) that could not be decoded to events"
+        if self.counted:
+            return f"{self.events} event(s)"
+        return f"at least {self.events} event(s) in {self.bytes} bytes"
 
     def feed(self, chunk: bytes) -> int:
         """Return how many progress events ``chunk`` completed (1 per chunk when blind)."""

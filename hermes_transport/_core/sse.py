@@ -19,13 +19,24 @@ line if there is none); one space after the colon is not part of the value.
 
 On the wires whose events mean more than "progress" (``wires``: Chat
 Completions before its first output, Responses and Anthropic Messages
-throughout), each completed event is sorted by ``wires.classify`` instead:
-only output and end events are progress; an error event before any output is
-kept as ``error``. That costs a Python step per event; a plain Chat
-Completions or generic stream keeps the per-chunk fast path below. A
-resumable Responses stream is also tracked (``track``): the response id, the
-``sequence_number`` of the last completed event, and whether an end or error
-event has completed.
+throughout), each completed event the scanner reads is sorted by
+``wires.classify``: only output and end events are progress; an error event
+before any output is kept as ``error``. A resumable Responses stream is also
+tracked (``track``): the response id, the ``sequence_number`` of the last
+completed event, and whether an end or error event has completed.
+
+Reading every event costs a Python step each. Until the first output every
+event is read. After it, a chunk is read event by event only around its event
+boundaries (a blank line ending in LF): up to its first boundary (which ends
+the event pending from the last chunk), its last complete event, and what
+follows. A run of complete events between those, longer than
+``_SMALL_MIDDLE``, is read only if a decision depends on it: if the last
+event is not progress (then the run may hold the chunk's progress), or if the
+run contains the bytes of an end event (``wires.end_markers``: a ``[DONE]``,
+an end type's name; a C search). Decisions stay exact; the counts (``events``,
+``heartbeats``, ``comment_bytes``) then stop being exact, and ``counted``
+turns false: never a wrong number, only a lower bound that says so. A chunk
+without an LF boundary (CR or CRLF line endings) is read event by event.
 
 Memory is bounded whatever the server sends: for the line in progress only its
 first ``_PREFIX`` bytes are kept, which is all a generic decision needs (the
@@ -36,10 +47,11 @@ on a classifying wire at most ``CAPTURE_LIMIT`` bytes of an event's data (what
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
-from .wires import ErrorEvent, Wire, classify, leading_type
+from .wires import ErrorEvent, Wire, classify, end_markers, leading_type
 
 __all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "SSEScanner"]
 
@@ -53,12 +65,28 @@ _PREFIX = MAX_EVENT_TYPE + 8
 CAPTURE_LIMIT = 64 * 1024
 # The type of an event without an ``event`` field (or with an empty one).
 _MESSAGE = b"message"
-# A run of events that are each exactly one data line (not [DONE]) and a blank
-# line, LF endings: the bulk of any LLM stream, counted without a Python loop.
-_PLAIN_RUN = re.compile(rb"(?:data:(?! ?\[DONE\])[^\n]*\n\n)+")
-# Used instead when such events are of a heartbeat type (``message``), or must
-# each be classified: matches nothing.
-_NO_RUN = re.compile(rb"(?!)")
+# Complete events between a chunk's first and last boundary that together are
+# no longer than this are read one by one, and counted; longer runs are read
+# only when a decision depends on them (``counted`` then turns false).
+_SMALL_MIDDLE = 2048
+#: Whether a chunk holds a marker between two offsets.
+_Finder = Callable[[bytes, int, int], bool]
+
+
+def _finder(marker: bytes) -> _Finder:
+    # Two C searches: on short needles the regex engine's literal scan is the
+    # faster, on long ones bytes.find's skip table (measured on LLM streams).
+    if len(marker) < 8:
+        search = re.compile(re.escape(marker)).search
+        return lambda chunk, start, end: search(chunk, start, end) is not None
+    return lambda chunk, start, end: chunk.find(marker, start, end) >= 0
+
+
+@functools.cache  # one tuple per wire for every stream
+def _finders(wire: Wire, track: bool) -> tuple[_Finder, ...]:
+    return tuple(_finder(marker) for marker in end_markers(wire, track))
+
+
 # A Responses event's number, and the id of the response a lifecycle event
 # carries: read from the event's data (the first ``CAPTURE_LIMIT`` bytes),
 # where the API puts both near the start.
@@ -69,10 +97,11 @@ _RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{[^{}]*?"id"\s*:\s*"([^"\\]{1,256
 class SSEScanner:
     """Count completed progress events in an SSE byte stream fed in chunks.
 
-    ``feed(chunk)`` returns how many progress events the chunk completed.
-    ``events`` is the running total; ``done`` turns true once an end event
-    has completed (a generic or Chat Completions event whose data starts
-    with ``[DONE]``, the openai SDK's own test; Responses'
+    ``feed(chunk)`` returns how many progress events the chunk completed
+    (while ``counted``; else at least one if it completed any), ``events``
+    the running total (while ``counted``; else a lower bound); ``done``
+    turns true once an end event has completed (a generic or Chat
+    Completions event whose data starts with ``[DONE]``, the openai SDK's own test; Responses'
     ``response.completed``; Anthropic's ``message_stop``; an event of a
     heartbeat type never sets it). ``heartbeat_events`` names event types
     (the ``event:`` field, or on the Responses and Messages wires the
@@ -94,16 +123,17 @@ class SSEScanner:
         "_cr_pending",
         "_data",
         "_data_size",
+        "_ends",
         "_event_done",
         "_event_has_data",
         "_event_type",
         "_heartbeats",
         "_line",
         "_line_size",
-        "_plain_run",
         "_track",
         "_wire",
         "comment_bytes",
+        "counted",
         "done",
         "error",
         "events",
@@ -134,14 +164,20 @@ class SSEScanner:
         # before it changes anything), then it takes the fast path.
         self._capture = wire != "generic"
         self._cap = CAPTURE_LIMIT if self._capture else _PREFIX
-        plain = _MESSAGE not in self._heartbeats and wire == "generic"
-        self._plain_run = _PLAIN_RUN if plain else _NO_RUN
+        # What a run of events not read one by one is searched for: the bytes
+        # one of which every event that ends the stream contains; none until
+        # the first output (before it every event is read).
+        generic = wire == "generic"
+        self._ends: tuple[_Finder, ...] | None = _finders(wire, track) if generic else None
         self.events = 0
         # Not progress, counted for the statistics: keepalive events, other
         # completed events with data (preamble, errors), and comment lines' bytes.
         self.heartbeats = 0
         self.others = 0
         self.comment_bytes = 0
+        # Whether ``events``, ``heartbeats`` and ``comment_bytes`` are exact: they
+        # stop being so once a long run of events was not read one by one.
+        self.counted = True
         self.done = False
         self.error: ErrorEvent | None = None
         self._track = track and wire == "responses"
@@ -174,31 +210,43 @@ class SSEScanner:
                 chunk = chunk[1:]
                 if not chunk:
                     return 0
-        if b"\r" in chunk:
+        ends = self._ends
+        if ends is None:
             return self._feed_lines(chunk)
-        # LF only (the usual case): scan line by line only up to the first event
-        # boundary, skip the run of plain data events after it in C, then go on.
-        if self._line or self._event_has_data or self._event_type:
-            if not self._line and chunk[:1] == b"\n":
-                cut = 1  # a blank line: it ends the pending event
-            else:
-                boundary = chunk.find(b"\n\n")
-                cut = len(chunk) if boundary < 0 else boundary + 2
+        # The head: up to the first event boundary (a blank line), through the
+        # line parser: it ends the event pending from the last chunk.
+        if not self._line_size and chunk[:1] == b"\n":
+            head = 1  # a blank line: the last chunk ended its line
         else:
-            cut = 0
-        events = self._feed_lines(chunk[:cut]) if cut else 0
-        if cut < len(chunk):
-            run = self._plain_run.match(chunk, cut)
-            if run is not None:
-                # Each plain event is one data line and a blank line: exactly two
-                # LFs. Counting one byte is three times faster than counting b"\n\n".
-                plain = chunk.count(b"\n", cut, run.end()) // 2
-                self.events += plain
-                events += plain
-                cut = run.end()
-            if cut < len(chunk):
-                events += self._feed_lines(chunk[cut:])
-        return events
+            head = chunk.find(b"\n\n") + 2
+            if head == 1:  # no LF boundary (there may be CR ones)
+                return self._feed_lines(chunk)
+        if head >= len(chunk):
+            return self._feed_lines(chunk)
+        events = self._feed_lines(chunk[:head])
+        # The last complete event: from the boundary before it to the last one.
+        last = chunk.rfind(b"\n\n", head)
+        if last < 0:
+            return events + self._feed_lines(chunk[head:])
+        end = last
+        if chunk[end - 1] == 10:  # a run of blank lines: the event ends before it
+            end = head + len(chunk[head:last].rstrip(b"\n"))
+        before = chunk.rfind(b"\n\n", head, end)
+        start = head if before < 0 else before + 2
+        if start - head <= _SMALL_MIDDLE:
+            return events + self._feed_lines(chunk[head:])
+        # Between the head and the last event: complete events (a boundary on
+        # each side leaves no state over). Read only when a decision depends on
+        # them: when the last event is not progress, or one may be an end.
+        stop = last + 2
+        ending = self._feed_lines(chunk[start:stop])
+        if not ending or any(found(chunk, head, start) for found in ends):
+            ending += self._feed_lines(chunk[head:start])
+        else:
+            self.counted = False
+        if stop < len(chunk):
+            ending += self._feed_lines(chunk[stop:])
+        return events + ending
 
     def _feed_lines(self, chunk: bytes) -> int:
         before = self.events
@@ -299,11 +347,13 @@ class SSEScanner:
         self.events += 1
         if kind == "end":
             self.done = True
-        if self._wire == "chat_completions" and self.events == 1:
-            # Past the first output nothing on this wire is classified: the fast path.
-            self._capture = False
-            self._cap = _PREFIX
-            self._plain_run = _PLAIN_RUN if _MESSAGE not in self._heartbeats else _NO_RUN
+        if self.events == 1:
+            # Past the first output, runs of events are read only where a decision
+            # depends on them; on Chat Completions nothing more is classified.
+            self._ends = _finders(self._wire, self._track)
+            if self._wire == "chat_completions":
+                self._capture = False
+                self._cap = _PREFIX
 
     def _tracked(self, data: bytes, kind: object) -> None:
         """Note a completed Responses event's number, its response's id, and an end."""

@@ -42,6 +42,8 @@ logger = logging.getLogger("hermes_transport")
 #: failed with an error (``error``: a dead connection, an HTTP error status),
 #: or closed by its reader before its end (``closed``).
 Outcome = Literal["completed", "stalled", "interrupted", "error", "closed"]
+#: A count of events or bytes of a kind; ``None`` where it is not known exactly.
+Count = int | None
 
 #: The gap summary's resolution: buckets a quarter octave wide, so a percentile
 #: is within 12.5 % of the true gap (and never outside the smallest and
@@ -137,7 +139,10 @@ class StreamStats:
     ``heartbeats`` keepalive events, ``comment_bytes`` the bytes of comment
     lines and ``bytes`` the body's bytes as they came (still compressed, if
     they were); all four are 0 for a body that is not an event stream (an error
-    status's JSON, say), which is not read for progress. Gaps are between
+    status's JSON, say), which is not read for progress. The first three are
+    ``None`` when not known exactly: a long run of events in one read (a fast
+    server's burst) is not read event by event where nothing depends on it
+    (counting would cost a pass over every byte); nor is an undecodable body. Gaps are between
     chunks that carried progress, as read: ``gap_count``, ``largest_gap``
     (exact) and the 50th, 90th and 99th percentiles (within
     ``GAP_RESOLUTION``). ``attempts`` counts the sends of this request, resumes
@@ -168,9 +173,9 @@ class StreamStats:
     first_event: float | None
     first_output: float | None
     duration: float
-    events: int
-    heartbeats: int
-    comment_bytes: int
+    events: Count
+    heartbeats: Count
+    comment_bytes: Count
     bytes: int
     gap_count: int
     largest_gap: float | None
@@ -201,7 +206,7 @@ StatsCallback = Callable[[StreamStats], object]
 class StreamRecord:
     """The draft of one request's ``StreamStats``; see the module docstring for its owner.
 
-    The body copies its meter's counts in (``counted``) as it ends; whoever
+    The body copies its meter's counts in (``counts``, ``bytes``) as it ends; whoever
     ends the stream last (the body, or the exchange when no body reached the
     caller) calls ``finish`` once.
     """
@@ -213,15 +218,13 @@ class StreamRecord:
         "attempts",
         "budgets",
         "bytes",
-        "comment_bytes",
         "connect",
-        "events",
+        "counts",
         "finished",
         "first_event",
         "first_output",
         "gaps",
         "headers",
-        "heartbeats",
         "resends",
         "resumes",
         "server_address",
@@ -256,7 +259,8 @@ class StreamRecord:
         self.headers: float | None = None
         self.first_event: float | None = None
         self.first_output: float | None = None
-        self.events = self.heartbeats = self.comment_bytes = self.bytes = 0
+        self.counts: tuple[Count, Count, Count] = (0, 0, 0)  # events, heartbeats, comment bytes
+        self.bytes = 0
 
     def new_attempt(self) -> None:
         """An attempt is sent; after the first, a re-send: what is timed is the attempt the
@@ -287,10 +291,6 @@ class StreamRecord:
         if self.first_output is None:
             self.first_output = now - self.started
 
-    def counted(self, events: int, heartbeats: int, comment_bytes: int, body_bytes: int) -> None:
-        self.events, self.heartbeats = events, heartbeats
-        self.comment_bytes, self.bytes = comment_bytes, body_bytes
-
     def gave_up(self, error: BaseException, fired_stage: str | None) -> None:
         """The request raises ``error`` with no response for the caller (the guard of its
         last attempt fired at ``fired_stage``, if it did): the end of the stream."""
@@ -309,6 +309,7 @@ class StreamRecord:
         self.finished = True
         gaps = self.gaps
         gap_count = gaps.count
+        events, heartbeats, comment_bytes = self.counts
         stats = StreamStats(
             wire=self.wire,
             model=self.budgets.model,
@@ -328,9 +329,9 @@ class StreamRecord:
             first_event=self.first_event,
             first_output=self.first_output,
             duration=monotonic() - self.started,
-            events=self.events,
-            heartbeats=self.heartbeats,
-            comment_bytes=self.comment_bytes,
+            events=events,
+            heartbeats=heartbeats,
+            comment_bytes=comment_bytes,
             bytes=self.bytes,
             gap_count=gap_count,
             largest_gap=gaps.largest if gap_count else None,

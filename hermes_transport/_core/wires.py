@@ -32,6 +32,7 @@ __all__ = [
     "EventClass",
     "Wire",
     "classify",
+    "end_markers",
     "leading_type",
     "wire_of",
 ]
@@ -130,6 +131,33 @@ def wire_of(path: str) -> Wire:
     if _RESPONSES_PATH.search(path):
         return "responses"
     return "generic"
+
+
+#: Bytes one of which every end event's type name on the wire contains; with
+#: ``track``, every error event's too (``end_markers``).
+_END_MARKERS: Final[dict[Wire, tuple[bytes, ...]]] = {
+    "responses": (b"complete",),  # response.completed, response.incomplete
+    "messages": (b"message_stop",),
+}
+_ERROR_MARKERS: Final[dict[Wire, tuple[bytes, ...]]] = {
+    "responses": (b"error", b"failed"),  # error, response.failed
+    "messages": (b"error",),
+}
+
+
+def end_markers(wire: Wire, track: bool = False) -> tuple[bytes, ...]:
+    """Bytes one of which every event that ends a stream on ``wire`` contains.
+
+    An end event's data starts with ``[DONE]`` (on every wire), or its type is
+    one of the wire's end types; with ``track`` (a resumable stream, which
+    also notes errors) an error type counts too. The type is in the event's
+    ``event`` field or its data's leading ``"type"``, as written, so a run of
+    events that contains none of these bytes holds no such event (``sse`` then
+    need not read it one by one); one that does may also hold them elsewhere,
+    in a text, and is read.
+    """
+    errors = _ERROR_MARKERS.get(wire, ()) if track else ()
+    return (b"[DONE]", *_END_MARKERS.get(wire, ()), *errors)
 
 
 def leading_type(data: bytes) -> bytes | None:

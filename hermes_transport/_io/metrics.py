@@ -172,4 +172,5 @@ class OpenTelemetryMetrics:
             (self._bytes, stats.bytes),
             (self._outcomes, 1),
         ):
-            counter.add(count, attributes)
+            if count is not None:  # not known exactly: not added at all
+                counter.add(count, attributes)

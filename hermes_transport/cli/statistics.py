@@ -38,6 +38,13 @@ def statistics_lines(stats: StreamStats | None, redact: Redactor, error_limit: i
         return "-" if value is None else f"{value:.3f} s"
 
     error = "-" if stats.error is None else redact.clip(redact(stats.error), error_limit)
+    if stats.events is None:
+        counts = f"  counts: events not counted one by one, {stats.bytes} byte(s)"
+    else:
+        counts = (
+            f"  counts: {stats.events} event(s), {stats.heartbeats} heartbeat(s),"
+            f" {stats.comment_bytes} comment byte(s), {stats.bytes} byte(s)"
+        )
     return [
         "statistics (the transport's StreamStats, as on_stats reports them):",
         f"  call: {stats.wire}, model {text(stats.model)}, {stats.method} {stats.url},"
@@ -48,8 +55,7 @@ def statistics_lines(stats: StreamStats | None, redact: Redactor, error_limit: i
         f"  times: connect {seconds(stats.connect)}, TLS {seconds(stats.tls)},"
         f" headers {seconds(stats.headers)}, first event {seconds(stats.first_event)},"
         f" first output {seconds(stats.first_output)}, duration {seconds(stats.duration)}",
-        f"  counts: {stats.events} event(s), {stats.heartbeats} heartbeat(s),"
-        f" {stats.comment_bytes} comment byte(s), {stats.bytes} byte(s)",
+        counts,
         f"  gaps: {stats.gap_count}, largest {seconds(stats.largest_gap)},"
         f" p50 {seconds(stats.gap_p50)}, p90 {seconds(stats.gap_p90)},"
         f" p99 {seconds(stats.gap_p99)}",

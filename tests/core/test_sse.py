@@ -779,3 +779,69 @@ def test_plain_event_runs_count_exactly_however_split(
         # The same body with CRLF endings takes the line-by-line path only.
         crlf = SSEScanner(heartbeat_events={"ping"})
         assert crlf.feed(body.replace(b"\n", b"\r\n")) == events
+
+
+# --------------------------------------------------------------------------- long runs of events
+
+PLAIN = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+#: Events enough to make one chunk's run of complete events longer than the scanner reads one by one.
+BURST = PLAIN * 200
+
+
+def _burst(*chunks: bytes, heartbeats: Collection[str] = ("ping",)) -> SSEScanner:
+    """A generic scanner past its first output, then fed ``chunks``."""
+    scanner = SSEScanner(heartbeats)
+    assert scanner.feed(PLAIN) == 1
+    for chunk in chunks:
+        scanner.feed(chunk)
+    return scanner
+
+
+def test_a_long_run_of_events_in_one_chunk_is_progress_without_a_count() -> None:
+    """A chunk of 200 plain events is progress and not done; its events are not counted one by one, and the scanner says so."""
+    scanner = SSEScanner(("ping",))
+    scanner.feed(PLAIN)
+    assert scanner.feed(BURST) >= 1
+    assert not scanner.done
+    assert not scanner.counted
+    assert 1 < scanner.events < 201
+
+
+@pytest.mark.parametrize(
+    "done",
+    [b"data: [DONE]\n\n", b"data:[DONE] and more\n\n", b"event: x\r\ndata: [DONE]\r\n\r\n"],
+    ids=["plain", "prefix", "typed-crlf"],
+)
+def test_an_end_among_a_long_run_of_events_is_seen(done: bytes) -> None:
+    """A ``[DONE]`` in the middle of a long run, with more events after it in the same chunk, ends the stream, and the run is counted."""
+    scanner = _burst(BURST + done + BURST + b"data: tail")
+    assert scanner.done
+    assert scanner.counted
+    assert scanner.events == 1 + 200 + 1 + 200
+
+
+def test_a_long_run_whose_last_event_is_a_keepalive_is_read_for_its_progress() -> None:
+    """A chunk that ends in a keepalive is still progress when the run before it holds output; then every event is counted."""
+    scanner = SSEScanner(("ping",))
+    scanner.feed(PLAIN)
+    assert scanner.feed(BURST + b"event: ping\ndata: {}\n\n") == 200
+    assert (scanner.counted, scanner.heartbeats) == (True, 1)
+
+
+def test_a_run_of_only_keepalives_is_not_progress() -> None:
+    """A chunk of many keepalive events after output completes no progress event, and they are all counted."""
+    scanner = _burst(b"event: ping\ndata: {}\n\n" * 300)
+    assert (scanner.events, scanner.heartbeats, scanner.counted) == (1, 300, True)
+
+
+def test_a_stream_read_a_few_events_at_a_time_stays_counted() -> None:
+    """Thousands of events in reads of a few each are counted exactly: only a long run in one read is skipped."""
+    scanner = _burst(*[PLAIN * 3] * 2000)
+    assert (scanner.events, scanner.counted) == (6001, True)
+
+
+def test_blank_line_runs_around_a_long_run_of_events_keep_the_decisions() -> None:
+    """Runs of blank lines between the events of a long run change no decision: the last event is still found, and a ``[DONE]`` after it too."""
+    scanner = _burst(BURST + b"\n\n\n\n" + PLAIN + b"\n\n\n" + b"data: [DONE]\n\n\n")
+    assert scanner.done
+    assert scanner.events >= 2

@@ -13,7 +13,18 @@ from hypothesis import strategies as st
 
 from hermes_transport._core.progress import ProgressMeter
 from hermes_transport._core.sse import CAPTURE_LIMIT, SSEScanner
-from hermes_transport._core.wires import ErrorEvent, Wire, classify, wire_of
+from hermes_transport._core.wires import (
+    _ENDS,
+    _ERRORS,
+    WIRES,
+    ErrorEvent,
+    Wire,
+    classify,
+    end_markers,
+    wire_of,
+)
+
+from _support import MIDDLES, events_read_one_by_one_up_to
 
 # Pure scanning: the same under every openai major (see the `once` marker).
 pytestmark = pytest.mark.once
@@ -51,9 +62,11 @@ BLOCK_DELTA = messages("content_block_delta", delta={"type": "text_delta", "text
 MESSAGE_STOP = messages("message_stop")
 
 
-def scan(wire: Wire, *chunks: bytes, heartbeats: tuple[str, ...] = ()) -> SSEScanner:
+def scan(
+    wire: Wire, *chunks: bytes, heartbeats: tuple[str, ...] = (), track: bool = False
+) -> SSEScanner:
     """A scanner of ``wire`` fed ``chunks`` one by one."""
-    scanner = SSEScanner(heartbeats, wire)
+    scanner = SSEScanner(heartbeats, wire, track=track)
     for chunk in chunks:
         scanner.feed(chunk)
     return scanner
@@ -257,7 +270,6 @@ def test_chat_completions_keeps_its_fast_path_after_the_first_output() -> None:
     """After its first output a Chat Completions stream counts every data event, an error chunk too."""
     chunk = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
     scanner = scan("chat_completions", chunk)
-    assert scanner._plain_run.pattern != b"(?!)"
     assert not scanner._capture
     assert scanner.feed(chunk * 5 + b'data: {"error": {"code": 500}}\n\n') == 6
     assert scanner.feed(b"data: [DONE]\n\n") == 1
@@ -363,27 +375,48 @@ def _expected(classes: list[str | None]) -> tuple[int, bool, str | None]:
     return progress, done, error
 
 
+@pytest.mark.parametrize("middle", MIDDLES)
 @pytest.mark.parametrize("wire", sorted(_POOL))
 @given(
     picks=st.lists(st.integers(min_value=0, max_value=99), min_size=1, max_size=25),
     cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=40),
     crlf=st.booleans(),
+    track=st.booleans(),
 )
 def test_the_scanner_sorts_any_mix_of_a_wires_events_however_chunked(
-    wire: Wire, picks: list[int], cuts: list[int], crlf: bool
+    middle: int, wire: Wire, picks: list[int], cuts: list[int], crlf: bool, track: bool
 ) -> None:
-    """Any sequence of a wire's events, split anywhere, is counted and its first early error kept as the events say."""
+    """Any sequence of a wire's events, split anywhere, ends done and keeps its first early error as the events say, counted exactly while the scanner says so; a tracked stream sees its end."""
     pool = _POOL[wire]
     chosen = [pool[pick % len(pool)] for pick in picks]
     body = b"".join(raw for raw, _ in chosen)
     if crlf:
         body = body.replace(b"\n", b"\r\n")
     points = sorted({min(cut, len(body)) for cut in cuts} | {0, len(body)})
-    scanner = scan(wire, *(body[a:b] for a, b in itertools.pairwise(points)), heartbeats=HB)
-    progress, done, error = _expected([kind for _, kind in chosen])
-    assert (scanner.events, scanner.done) == (progress, done)
+    with events_read_one_by_one_up_to(middle):
+        scanner = scan(
+            wire, *(body[a:b] for a, b in itertools.pairwise(points)), heartbeats=HB, track=track
+        )
+    kinds = [kind for _, kind in chosen]
+    progress, done, error = _expected(kinds)
+    assert scanner.done == done
+    assert (scanner.events == progress) if scanner.counted else (scanner.events <= progress)
     kept = None if scanner.error is None else ("transient" if scanner.error.transient else "error")
     assert kept == error
+    if track and wire == "responses":
+        assert scanner.finished == any(kind in ("end", "error", "transient") for kind in kinds)
 
 
 HB = ("keepalive", "ping")
+
+
+@pytest.mark.parametrize("track", [False, True])
+@pytest.mark.parametrize("wire", WIRES)
+def test_every_end_event_holds_one_of_its_wire_s_markers(wire: Wire, track: bool) -> None:
+    """Each end type of a wire (and with ``track`` each error type), and a ``[DONE]``, contains a marker the scanner searches skipped runs for."""
+    markers = end_markers(wire, track)
+    names = {b"[DONE]"} | _ENDS.get(wire, frozenset())
+    if track:
+        names |= _ERRORS.get(wire, frozenset())
+    for name in names:
+        assert any(marker in name for marker in markers), name

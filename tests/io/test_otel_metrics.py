@@ -43,7 +43,7 @@ HISTOGRAMS: dict[str, Callable[[StreamStats], float | None]] = {
     "hermes.stream.tls_time": lambda s: s.tls,
 }
 # Counter name -> (unit, what one stream adds).
-COUNTERS: dict[str, tuple[str, Callable[[StreamStats], int]]] = {
+COUNTERS: dict[str, tuple[str, Callable[[StreamStats], int | None]]] = {
     "hermes.stream.resends": ("{resend}", lambda s: s.resends),
     "hermes.stream.resumes": ("{resume}", lambda s: s.resumes),
     "hermes.stream.heartbeats": ("{event}", lambda s: s.heartbeats),
@@ -156,6 +156,7 @@ def test_a_healthy_stream_records_its_times_counts_and_attributes(
     first = _point(metrics["gen_ai.client.operation.time_to_first_chunk"])
     assert first.sum == stats.first_output
     assert _point(metrics["gen_ai.client.operation.time_per_output_chunk"]).sum == stats.gap_p50
+    assert stats.events is not None
     assert _point(metrics["hermes.stream.events"]).value == stats.events >= 4
     assert _point(metrics["hermes.stream.bytes"]).value == stats.bytes > 0
     assert "error.type" not in _point(metrics["hermes.stream.outcomes"]).attributes

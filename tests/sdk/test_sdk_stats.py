@@ -47,6 +47,7 @@ def test_a_factory_client_reports_one_completed_stream_per_call(
     chat, thread = seen[0]
     assert thread == threading.get_ident()
     assert (chat.model, chat.status, chat.attempts) == ("o3", 200, 1)
+    assert chat.events is not None
     assert chat.events >= 3
     assert (chat.budgets.first_event, chat.budgets.stale) == (600.0, 300.0)
     assert chat.url == server.base_url + "/chat/completions"  # no query: it may hold a key

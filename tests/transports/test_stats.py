@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -143,6 +144,7 @@ def test_keepalive_events_are_counted_as_heartbeats(
     assert stats.heartbeats == sent_keepalives
     assert stats.outcome == "completed"
     assert stats.wire == path.strip("/")
+    assert stats.events is not None  # a few events a read: counted one by one
     assert 1 <= stats.events <= data_events(body_of(sent)) - sent_keepalives
     assert fields(stats, "bytes comment_bytes") == (sent.body_bytes, 0)
 
@@ -259,3 +261,43 @@ def test_a_reasoning_model_gets_its_budget_unless_one_is_set(
     assert stats.model == "o3-mini"
     assert stats.budgets.first_event == first_event
     assert stats.budgets == policy.budgets_for("o3-mini", len(server.requests[-1].body))
+
+
+#: Thousands of events written 64 KiB at a time: most reads bring long runs of them.
+BURSTS = Scenario(content=("x",) * 5000, write_size=64 * 1024, usage=False)
+
+
+def test_a_burst_of_events_is_reported_without_a_count_never_a_wrong_one(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A stream whose reads bring long runs of events completes with its bytes exact and its event counts ``None``: not counted one by one, and not guessed."""
+    server.scenario = BURSTS
+    recorder = Recorder()
+    with _client(flavor, recorder) as client:
+        body = client.post(server.base_url + CHAT, json=chat_body()).content
+    stats = recorder.one
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert fields(stats, "outcome events heartbeats comment_bytes") == (
+        "completed",
+        None,
+        None,
+        None,
+    )
+    assert stats.bytes == len(body) == ended(server).body_bytes
+
+
+def test_a_stall_after_a_burst_says_what_is_known_of_its_events(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A stall after long runs of events says how many at least, and in how many bytes: never a count it did not make."""
+    server.scenario = replace(BURSTS, stall_after_events=4000, hold=5.0)
+    with (
+        _client(flavor, None, policy=StreamPolicy(stale_timeout=0.5)) as client,
+        pytest.raises(StreamStalled) as info,
+    ):
+        client.post(server.base_url + CHAT, json=chat_body())
+    message = str(info.value)
+    found = re.search(r"after at least (\d+) event\(s\) in (\d+) bytes", message)
+    assert found is not None, message
+    assert 1 <= int(found.group(1)) < 4000
+    assert int(found.group(2)) == ended(server).body_bytes

@@ -132,7 +132,7 @@ def budgets_and_stats(exc: Exception) -> None:
         )
         assert_type(stats.first_output, float | None)
         assert_type(stats.budgets, CallBudgets)
-        assert_type(stats.events, int)
+        assert_type(stats.events, int | None)
 
     WatchdogTransport(on_stats=on_stats)
     AsyncWatchdogTransport(on_stats=on_stats)
