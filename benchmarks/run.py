@@ -28,7 +28,16 @@ VENV = ROOT / ".venvs" / "bench"
 STAMP = "hermes-bench-installed"
 # The keys of benchmarks.suite.FIGURES: this script runs before the environment exists,
 # so it imports nothing of the package until it runs inside it.
-NAMES = ("throughput", "interrupt", "stall", "threads", "connections", "async", "wires")
+NAMES = (
+    "throughput",
+    "event_chunks",
+    "interrupt",
+    "stall",
+    "threads",
+    "connections",
+    "async",
+    "wires",
+)
 # benchmarks.flavor.FLAVORS and FLAVOR_VARIABLE, for the same reason.
 FLAVORS = ("httpx", "httpx2")
 FLAVOR_VARIABLE = "HERMES_BENCH_FLAVOR"

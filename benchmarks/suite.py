@@ -20,6 +20,7 @@ __all__ = ["FIGURES", "run_suite"]
 #: Figure name (for --only) -> module with ``run(quick: bool) -> list[Row]``.
 FIGURES = {
     "throughput": "benchmarks.fig_throughput",
+    "event_chunks": "benchmarks.fig_event_chunks",
     "interrupt": "benchmarks.fig_interrupt",
     "stall": "benchmarks.fig_stall",
     "threads": "benchmarks.fig_threads",

@@ -62,7 +62,7 @@ class ProgressMeter:
     failure itself to the consumer.
     """
 
-    __slots__ = ("_blind_chunks", "_decoders", "_scanner", "blind", "bytes", "tracks")
+    __slots__ = ("_blind_chunks", "_decoders", "_scan", "_scanner", "blind", "bytes", "tracks")
 
     def __init__(
         self,
@@ -73,6 +73,8 @@ class ProgressMeter:
         track: bool = False,
     ) -> None:
         self._scanner = SSEScanner(heartbeat_events, wire, track=track)
+        # The scanner's own feed while the body is scanned as it comes (``identity``).
+        self._scan: Callable[[bytes], int] | None = self._scanner.feed
         #: Whether the response id, event numbers and end are tracked (see the scanner).
         self.tracks = track and wire == "responses"
         self._decoders: list[Decoder] = []
@@ -92,8 +94,10 @@ class ProgressMeter:
                     coding,
                 )
                 self.blind = True
+                self._scan = None
                 return
             self._decoders.append(decoder)
+            self._scan = None
 
     @property
     def done(self) -> bool:
@@ -165,6 +169,9 @@ class ProgressMeter:
     def feed(self, chunk: bytes) -> int:
         """Return how many progress events ``chunk`` completed (1 per chunk when blind)."""
         self.bytes += len(chunk)
+        scan = self._scan
+        if scan is not None:
+            return scan(chunk)
         if self.blind:
             if not chunk:
                 return 0

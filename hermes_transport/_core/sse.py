@@ -130,6 +130,7 @@ class SSEScanner:
         "_heartbeats",
         "_line",
         "_line_size",
+        "_plain",
         "_track",
         "_wire",
         "comment_bytes",
@@ -195,6 +196,9 @@ class SSEScanner:
         self._event_type = b""
         self._data: list[bytes] = []  # the event's data lines, while capturing
         self._data_size = 0
+        # Events without a type are progress, and nothing is classified: a lone
+        # data line is judged at once (see ``feed``).
+        self._plain = _MESSAGE not in self._heartbeats and not self._capture
 
     def feed(self, chunk: bytes) -> int:
         """Scan ``chunk``; return the number of progress events it completed."""
@@ -213,6 +217,20 @@ class SSEScanner:
         ends = self._ends
         if ends is None:
             return self._feed_lines(chunk)
+        if (
+            chunk[:5] == b"data:"
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1:] == b"\n"
+            and self._plain
+            and not (self._line_size or self._event_has_data or self._event_type)
+            and b"\r" not in chunk
+        ):
+            # One whole event of one data line: how a stream read as it comes
+            # mostly arrives. As the line parser would judge it, without it.
+            self.events += 1
+            if chunk[5:11] == _DONE or (chunk[6:12] == _DONE and chunk[5:6] == b" "):
+                self.done = True
+            return 1
         # The head: up to the first event boundary (a blank line), through the
         # line parser: it ends the event pending from the last chunk.
         if not self._line_size and chunk[:1] == b"\n":
@@ -354,6 +372,7 @@ class SSEScanner:
             if self._wire == "chat_completions":
                 self._capture = False
                 self._cap = _PREFIX
+                self._plain = _MESSAGE not in self._heartbeats
 
     def _tracked(self, data: bytes, kind: object) -> None:
         """Note a completed Responses event's number, its response's id, and an end."""
