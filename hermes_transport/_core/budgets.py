@@ -198,6 +198,9 @@ class BudgetRules:
             floors.append((tokens, checked))
         object.__setattr__(self, "models", models)
         object.__setattr__(self, "prompt_floors", tuple(sorted(floors)))
+        # Each model's rule, found once (matching every pattern on every request
+        # was most of the cost of starting one); bounded, and not part of the value.
+        object.__setattr__(self, "_rule_of", {})
 
     def __repr__(self) -> str:
         if self.models == _DEFAULT_MODELS and self.prompt_floors == _DEFAULT_FLOORS:
@@ -208,7 +211,14 @@ class BudgetRules:
         """The first rule matching ``model``, if any."""
         if not model:
             return None
-        return next((rule for rule in self.models if rule.matches(model)), None)
+        known: dict[str, ModelBudget | None] = self.__dict__["_rule_of"]
+        if model in known:
+            return known[model]
+        rule = next((rule for rule in self.models if rule.matches(model)), None)
+        if len(known) >= _RULES_KEPT:
+            known.clear()
+        known[model] = rule
+        return rule
 
     def prompt_floor(self, tokens: int) -> tuple[int, float] | None:
         """The largest ``(tokens, seconds)`` floor a prompt of ``tokens`` passes, if any."""
@@ -225,6 +235,9 @@ class BudgetRules:
                     values.append(value)
         return max(values, default=0.0)
 
+
+#: Models whose rule a ``BudgetRules`` keeps, found (then it starts afresh).
+_RULES_KEPT = 256
 
 #: The rules a ``StreamPolicy`` has unless told otherwise.
 DEFAULT_BUDGET_RULES: Final = BudgetRules()

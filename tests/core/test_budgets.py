@@ -6,6 +6,7 @@ import copy
 import json
 import pickle
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -263,3 +264,26 @@ def test_a_rule_set_budget_is_what_the_transport_applies_and_its_error_says_why(
                 response.read()
     assert info.value.budget == 0.3
     assert str(info.value).endswith("on attempt 1; budget: model 'tiny-1' matched rule 'tiny-*'")
+
+
+def test_a_model_s_rule_is_found_once_and_the_memory_of_them_is_bounded() -> None:
+    """Each model's rule is matched against the patterns once, not on every request, and at most a few hundred models are remembered."""
+    rules = BudgetRules()
+    calls: list[str] = []
+    real = ModelBudget.matches
+
+    def counting(self: ModelBudget, model: str) -> bool:
+        calls.append(model)
+        return real(self, model)
+
+    with mock.patch.object(ModelBudget, "matches", counting):
+        first = rules.model_rule("o3-mini")
+        matched = len(calls)
+        assert rules.model_rule("o3-mini") is first
+        assert len(calls) == matched  # the second time: no pattern matched again
+        for number in range(1000):
+            rules.model_rule(f"model-{number}")
+    assert first is not None
+    assert first.pattern == "o3*"
+    assert len(rules.__dict__["_rule_of"]) <= 256
+    assert rules == BudgetRules()  # what it remembers is not part of its value
