@@ -241,7 +241,7 @@ class AsyncWatchedStream(ResumingWatch):
         """Let go of the cut stream before a resume replaces it (its connection is dead)."""
         with contextlib.suppress(Exception):
             try:
-                await self._chunks.aclose()
+                await _aclose_iterator(self._chunks)
             finally:
                 await self._inner.aclose()
 
@@ -263,7 +263,7 @@ class AsyncWatchedStream(ResumingWatch):
         self._release_guard()
         self._watcher.release(self._guard)
         try:
-            await self._chunks.aclose()
+            await _aclose_iterator(self._chunks)
         finally:
             try:
                 await self._inner.aclose()
@@ -301,3 +301,11 @@ class AsyncWatchedStream(ResumingWatch):
         finally:
             guard.close()
             self._watcher.release(guard)
+
+
+async def _aclose_iterator(chunks: AsyncIterator[bytes]) -> None:
+    """Close the inner body's iterator: an async generator has ``aclose``; any other
+    iterator (a stream's ``__aiter__`` may return one) has nothing to close."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()

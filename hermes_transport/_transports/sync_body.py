@@ -209,7 +209,7 @@ class WatchedStream(ResumingWatch):
         """Let go of the cut stream before a resume replaces it (its connection is dead)."""
         with contextlib.suppress(Exception):
             try:
-                self._chunks.close()
+                _close_iterator(self._chunks)
             finally:
                 self._inner.close()
 
@@ -230,7 +230,7 @@ class WatchedStream(ResumingWatch):
         # in ``_core.guard``).
         self._release_guard()
         try:
-            self._chunks.close()
+            _close_iterator(self._chunks)
         finally:
             try:
                 self._inner.close()
@@ -268,3 +268,11 @@ class WatchedStream(ResumingWatch):
             logger.info("cancelled %s: %d", request.url.path, response.status_code)
         finally:
             guard.close()
+
+
+def _close_iterator(chunks: Iterator[bytes]) -> None:
+    """Close the inner body's iterator: a generator has ``close``; any other iterator
+    (a stream's ``__iter__`` may return one) has nothing to close."""
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()

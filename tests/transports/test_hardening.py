@@ -602,6 +602,70 @@ async def test_the_async_inner_transports_own_response_object_is_returned(
     await got.aclose()
 
 
+class _ListBody:
+    """A response body whose iterators are plain ones, not generators (nothing to close)."""
+
+    def __iter__(self) -> Any:
+        return iter(BODY_CHUNKS)
+
+    def __aiter__(self) -> Any:
+        return _PlainAsyncIterator(BODY_CHUNKS)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _PlainAsyncIterator:
+    """An async iterator that is not an async generator: it has no ``aclose``."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = iter(chunks)
+
+    def __aiter__(self) -> _PlainAsyncIterator:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+BODY_CHUNKS = [BODY[: len(BODY) // 2], BODY[len(BODY) // 2 :]]
+
+
+@pytest.mark.once  # no SDK: the same under every openai major
+def test_an_inner_body_whose_iterator_is_not_a_generator_is_read_and_closed(
+    flavor: Flavor,
+) -> None:
+    """A caller-supplied body whose ``__iter__`` returns a plain iterator reads to its end and closes cleanly (it once raised AttributeError at close)."""
+    response = flavor.http.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=_ListBody()
+    )
+    inner = _Inner(flavor.http, response)
+    with flavor.http.Client(transport=flavor.WatchdogTransport(inner)) as client:
+        got = client.post("http://127.0.0.1:9/v1/chat/completions", json=chat_body())
+    assert got.content == BODY
+
+
+@pytest.mark.anyio
+@pytest.mark.once  # no SDK: the same under every openai major
+async def test_an_async_inner_body_whose_iterator_is_not_a_generator_is_read_and_closed(
+    flavor: Flavor,
+) -> None:
+    """A caller-supplied body whose ``__aiter__`` returns a plain async iterator reads to its end and closes cleanly."""
+    response = flavor.http.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=_ListBody()
+    )
+    inner = _Inner(flavor.http, response)
+    async with flavor.http.AsyncClient(transport=flavor.AsyncWatchdogTransport(inner)) as client:
+        got = await client.post("http://127.0.0.1:9/v1/chat/completions", json=chat_body())
+    assert got.content == BODY
+
+
 # --- A kill whose socket cannot be reached ----------------------------------------------
 
 
