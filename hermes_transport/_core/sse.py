@@ -1,21 +1,15 @@
-"""Incremental server-sent-events progress scanner.
+"""Incremental server-sent-events progress scanner. Pure: no I/O, clock or threads.
 
-Pure: bytes in, counts out. No I/O, no clock, no threads.
+It says how many *progress* events have completed in a text/event-stream body
+fed in arbitrary chunks, and whether an end (``[DONE]``) has. A progress event
+is a complete event (ended by a blank line) with at least one ``data`` field
+whose type (its last ``event`` field, else ``message``; compared as text,
+invalid UTF-8 as U+FFFD) is not a configured heartbeat type. Comments, blank
+lines, other fields and an unfinished event are not progress.
 
-It answers two questions about a text/event-stream body fed to it in arbitrary
-chunks: how many *progress* events have completed, and has a ``[DONE]`` event
-been seen. A progress event is a complete event (ended by a blank line) that
-carried at least one ``data`` field and whose event type is not one of the
-configured heartbeat types. The event type is, as the specification defines it,
-the value of the event's last ``event`` field, or ``message`` when it has none
-(or an empty one), compared as text: bytes that are not UTF-8 read as U+FFFD.
-Comment lines, blank lines, other fields and the bytes of an unfinished event
-are not progress.
-
-Line rules follow the WHATWG SSE specification: a line ends at CRLF, LF or
-CR; a CRLF split across two chunks is one line ending; a UTF-8 BOM at the very
-start is ignored; a field name is everything up to the first colon (the whole
-line if there is none); one space after the colon is not part of the value.
+Line rules are the WHATWG specification's: a line ends at CRLF, LF or CR (a
+CRLF split across chunks is one); a leading UTF-8 BOM is ignored; a field name
+is all up to the first colon; one space after it is not part of the value.
 
 On the wires whose events mean more than "progress" (``wires``: Chat
 Completions before its first output, Responses and Anthropic Messages
@@ -25,33 +19,36 @@ before any output is kept as ``error``. A resumable Responses stream is also
 tracked (``track``): the response id, the ``sequence_number`` of the last
 completed event, and whether an end or error event has completed.
 
-Reading every event costs a Python step each. Until the first output every
-event is read. After it, a chunk is read event by event only around its event
-boundaries (a blank line ending in LF): up to its first boundary (which ends
-the event pending from the last chunk), its last complete event, and what
-follows. A run of complete events between those, longer than
-``_SMALL_MIDDLE``, is read only if a decision depends on it: if the last
-event is not progress (then the run may hold the chunk's progress), or if the
-run contains the bytes of an end event (``wires.end_markers``: a ``[DONE]``,
-an end type's name; a C search). Decisions stay exact; the counts (``events``,
-``heartbeats``, ``comment_bytes``) then stop being exact, and ``counted``
-turns false: never a wrong number, only a lower bound that says so. A chunk
-without an LF boundary (CR or CRLF line endings) is read event by event.
+Reading an event costs a Python step. Until the first output every event is
+read; after it, a chunk is read event by event only up to its first boundary
+(a blank line ending in LF), and from its last complete event on. The run of
+complete events between, if longer than ``_SMALL_MIDDLE``, is read only when a
+decision depends on it: when the last event is not progress, or when the run
+holds an end event's bytes (``wires.end_finders``, a C search). Decisions stay
+exact; ``events``, ``heartbeats`` and ``comment_bytes`` then become lower
+bounds, and ``counted`` turns false. A chunk without an LF boundary (CR or
+CRLF endings) is read event by event.
 
-Memory is bounded whatever the server sends: for the line in progress only its
-first ``_PREFIX`` bytes are kept, which is all a generic decision needs (the
-field name ``data``/``event``, a ``[DONE]`` value, a heartbeat type name), and
-on a classifying wire at most ``CAPTURE_LIMIT`` bytes of an event's data (what
-``classify`` reads). A 100 MB line costs that much state and no more.
+Memory is bounded whatever the server sends: of the line in progress only its
+first ``_PREFIX`` bytes are kept (all a generic decision needs: a field name,
+a ``[DONE]``, a heartbeat type), and on a classifying wire at most
+``CAPTURE_LIMIT`` bytes of an event's data (what ``classify`` reads).
 """
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
-from .wires import ErrorEvent, Wire, classify, end_markers, leading_type
+from .wires import (
+    EndFinder,
+    ErrorEvent,
+    Wire,
+    classify,
+    end_finders,
+    leading_type,
+    response_id,
+    sequence_number,
+)
 
 __all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "SSEScanner"]
 
@@ -60,60 +57,47 @@ _DONE = b"[DONE]"
 # Longest heartbeat event type name that can be recognised, plus "event: ".
 MAX_EVENT_TYPE = 56
 _PREFIX = MAX_EVENT_TYPE + 8
-#: Bytes of one event's data kept for ``classify`` on a classifying wire; an
-#: event whose data is longer is judged on what was kept (see ``wires``).
+#: Bytes of an event's data kept for ``classify`` on a classifying wire (see ``wires``).
 CAPTURE_LIMIT = 64 * 1024
 # The type of an event without an ``event`` field (or with an empty one).
 _MESSAGE = b"message"
-# Complete events between a chunk's first and last boundary that together are
-# no longer than this are read one by one, and counted; longer runs are read
-# only when a decision depends on them (``counted`` then turns false).
+# A run of complete events longer than this is read only where a decision
+# depends on it (see the module docstring); a shorter one is read and counted.
 _SMALL_MIDDLE = 2048
-#: Whether a chunk holds a marker between two offsets.
-_Finder = Callable[[bytes, int, int], bool]
 
 
-def _finder(marker: bytes) -> _Finder:
-    # Two C searches: on short needles the regex engine's literal scan is the
-    # faster, on long ones bytes.find's skip table (measured on LLM streams).
-    if len(marker) < 8:
-        search = re.compile(re.escape(marker)).search
-        return lambda chunk, start, end: search(chunk, start, end) is not None
-    return lambda chunk, start, end: chunk.find(marker, start, end) >= 0
-
-
-@functools.cache  # one tuple per wire for every stream
-def _finders(wire: Wire, track: bool) -> tuple[_Finder, ...]:
-    return tuple(_finder(marker) for marker in end_markers(wire, track))
-
-
-# A Responses event's number, and the id of the response a lifecycle event
-# carries: read from the event's data (the first ``CAPTURE_LIMIT`` bytes),
-# where the API puts both near the start.
-_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
-_RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{[^{}]*?"id"\s*:\s*"([^"\\]{1,256})"')
+def _long_run(chunk: bytes, blank_first: bool) -> tuple[int, int, int] | None:
+    """Where ``chunk``'s run of complete events lies, if it is long enough not to be read
+    one by one: the end of the chunk's first boundary (``blank_first``: the chunk opens
+    with a blank line), the start of its last complete event, the end of that one."""
+    head = 1 if blank_first else chunk.find(b"\n\n") + 2
+    last = chunk.rfind(b"\n\n", head) if head > 1 or blank_first else -1
+    if last < 0:
+        return None
+    end = last
+    if chunk[end - 1] == 10:  # a run of blank lines: the event ends before it
+        end = head + len(chunk[head:last].rstrip(b"\n"))
+    before = chunk.rfind(b"\n\n", head, end)
+    if before < 0 or before + 2 - head <= _SMALL_MIDDLE:
+        return None
+    return head, before + 2, last + 2
 
 
 class SSEScanner:
     """Count completed progress events in an SSE byte stream fed in chunks.
 
-    ``feed(chunk)`` returns how many progress events the chunk completed
-    (while ``counted``; else at least one if it completed any), ``events``
-    the running total (while ``counted``; else a lower bound); ``done``
-    turns true once an end event has completed (a generic or Chat
-    Completions event whose data starts with ``[DONE]``, the openai SDK's own test; Responses'
-    ``response.completed``; Anthropic's ``message_stop``; an event of a
-    heartbeat type never sets it). ``heartbeat_events`` names event types
-    (the ``event:`` field, or on the Responses and Messages wires the
-    data's leading ``"type"``) that are keepalives rather than progress, such
-    as Anthropic's ``ping``; naming ``message`` makes every event without an
-    ``event`` field a keepalive too. ``wire`` says what the events mean
-    (``wires.classify``); ``error`` is the first error event that completed
-    before any progress, if any. With ``track`` (the Responses wire),
-    ``response_id`` is the id the first lifecycle event named, ``sequence`` the
-    ``sequence_number`` of the last completed event that had one (heartbeats
-    included; -1 before any), and ``finished`` turns true once an end or error
-    event has completed: the server ended the response.
+    ``feed(chunk)`` returns how many progress events the chunk completed and
+    ``events`` their total (while ``counted``; else lower bounds, the first
+    non-zero if any completed). ``done``: an end event completed (data starting
+    with ``[DONE]``, the openai SDK's test; ``response.completed``;
+    ``message_stop``; never a heartbeat). ``heartbeat_events``: event types
+    (the ``event`` field, or on the JSON wires the data's leading ``"type"``)
+    that are keepalives, such as ``ping``; ``message`` makes every untyped
+    event one. ``wire``: what the events mean (``wires.classify``); ``error``
+    is the first error event before any progress. With ``track`` (Responses):
+    ``response_id`` (named by the first lifecycle event), ``sequence`` (of the
+    last completed event that had one, heartbeats included; -1 before any),
+    and ``finished`` (an end or error event completed).
     """
 
     __slots__ = (
@@ -169,7 +153,7 @@ class SSEScanner:
         # one of which every event that ends the stream contains; none until
         # the first output (before it every event is read).
         generic = wire == "generic"
-        self._ends: tuple[_Finder, ...] | None = _finders(wire, track) if generic else None
+        self._ends: tuple[EndFinder, ...] | None = end_finders(wire, track) if generic else None
         self.events = 0
         # Not progress, counted for the statistics: keepalive events, other
         # completed events with data (preamble, errors), and comment lines' bytes.
@@ -231,32 +215,13 @@ class SSEScanner:
             if chunk[5:11] == _DONE or (chunk[6:12] == _DONE and chunk[5:6] == b" "):
                 self.done = True
             return 1
-        # The head: up to the first event boundary (a blank line), through the
-        # line parser: it ends the event pending from the last chunk.
-        if not self._line_size and chunk[:1] == b"\n":
-            head = 1  # a blank line: the last chunk ended its line
-        else:
-            head = chunk.find(b"\n\n") + 2
-            if head == 1:  # no LF boundary (there may be CR ones)
-                return self._feed_lines(chunk)
-        if head >= len(chunk):
+        run = _long_run(chunk, not self._line_size and chunk[:1] == b"\n")
+        if run is None:
             return self._feed_lines(chunk)
+        # The head ends the event pending from the last chunk; the run after it
+        # is complete events (a boundary on each side leaves no state over).
+        head, start, stop = run
         events = self._feed_lines(chunk[:head])
-        # The last complete event: from the boundary before it to the last one.
-        last = chunk.rfind(b"\n\n", head)
-        if last < 0:
-            return events + self._feed_lines(chunk[head:])
-        end = last
-        if chunk[end - 1] == 10:  # a run of blank lines: the event ends before it
-            end = head + len(chunk[head:last].rstrip(b"\n"))
-        before = chunk.rfind(b"\n\n", head, end)
-        start = head if before < 0 else before + 2
-        if start - head <= _SMALL_MIDDLE:
-            return events + self._feed_lines(chunk[head:])
-        # Between the head and the last event: complete events (a boundary on
-        # each side leaves no state over). Read only when a decision depends on
-        # them: when the last event is not progress, or one may be an end.
-        stop = last + 2
         ending = self._feed_lines(chunk[start:stop])
         if not ending or any(found(chunk, head, start) for found in ends):
             ending += self._feed_lines(chunk[head:start])
@@ -368,7 +333,7 @@ class SSEScanner:
         if self.events == 1:
             # Past the first output, runs of events are read only where a decision
             # depends on them; on Chat Completions nothing more is classified.
-            self._ends = _finders(self._wire, self._track)
+            self._ends = end_finders(self._wire, self._track)
             if self._wire == "chat_completions":
                 self._capture = False
                 self._cap = _PREFIX
@@ -376,12 +341,10 @@ class SSEScanner:
 
     def _tracked(self, data: bytes, kind: object) -> None:
         """Note a completed Responses event's number, its response's id, and an end."""
-        number = _SEQUENCE.search(data)
+        number = sequence_number(data)
         if number is not None:
-            self.sequence = int(number.group(1))
+            self.sequence = number
         if self.response_id is None and kind == "preamble":  # lifecycle events name it
-            found = _RESPONSE_ID.search(data)
-            if found is not None:
-                self.response_id = found.group(1).decode("utf-8", "replace")
+            self.response_id = response_id(data)
         if kind == "end" or isinstance(kind, ErrorEvent):
             self.finished = True

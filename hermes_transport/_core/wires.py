@@ -19,21 +19,26 @@ other event (the SDK raises on it; nothing is re-sent).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 __all__ = [
     "TRANSIENT_ERRORS",
     "WIRES",
+    "EndFinder",
     "ErrorEvent",
     "EventClass",
     "Wire",
     "classify",
+    "end_finders",
     "end_markers",
     "leading_type",
+    "response_id",
+    "sequence_number",
     "wire_of",
 ]
 
@@ -158,6 +163,44 @@ def end_markers(wire: Wire, track: bool = False) -> tuple[bytes, ...]:
     """
     errors = _ERROR_MARKERS.get(wire, ()) if track else ()
     return (b"[DONE]", *_END_MARKERS.get(wire, ()), *errors)
+
+
+#: Whether a chunk holds a marker between two offsets.
+EndFinder = Callable[[bytes, int, int], bool]
+
+
+def _end_finder(marker: bytes) -> EndFinder:
+    # Two C searches: on short needles the regex engine's literal scan is the
+    # faster, on long ones bytes.find's skip table (measured on LLM streams).
+    if len(marker) < 8:
+        search = re.compile(re.escape(marker)).search
+        return lambda chunk, start, end: search(chunk, start, end) is not None
+    return lambda chunk, start, end: chunk.find(marker, start, end) >= 0
+
+
+@functools.cache  # one tuple per wire for every stream
+def end_finders(wire: Wire, track: bool) -> tuple[EndFinder, ...]:
+    """A C search for each of ``end_markers(wire, track)``, made once per wire."""
+    return tuple(_end_finder(marker) for marker in end_markers(wire, track))
+
+
+# A Responses event's number, and the id of the response a lifecycle event
+# carries: read from the event's data (what the scanner kept of it), where the
+# API puts both near the start.
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
+_RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{[^{}]*?"id"\s*:\s*"([^"\\]{1,256})"')
+
+
+def sequence_number(data: bytes) -> int | None:
+    """A Responses event's ``sequence_number``, from its data, if it has one."""
+    found = _SEQUENCE.search(data)
+    return None if found is None else int(found.group(1))
+
+
+def response_id(data: bytes) -> str | None:
+    """The id of the response a Responses lifecycle event's data names, if it does."""
+    found = _RESPONSE_ID.search(data)
+    return None if found is None else found.group(1).decode("utf-8", "replace")
 
 
 def leading_type(data: bytes) -> bytes | None:
