@@ -28,7 +28,7 @@ Invariants, all under ``_lock``:
   put off, for at most ``CALLER_LAG_LIMIT``: the caller's lag is not taken
   for a silent server; nor is a reader that has caught up only just (it may
   be back from the socket with its bytes, not yet out of its read): it must
-  be seen waiting with nothing pending twice, a recheck apart.
+  be seen waiting with nothing pending twice, ``CAUGHT_UP_RECHECK`` apart.
 Shutdown, scheduling a cancel on an event loop and a zero-timeout poll of
 the socket are the only work done under the lock; none of them blocks.
 """
@@ -59,6 +59,9 @@ FiredKind = Literal["stalled", "interrupted", "closed"]
 #: at most CALLER_LAG_LIMIT past the deadline, before it fires.
 CALLER_LAG_RECHECK = 0.05
 CALLER_LAG_LIMIT = 1.0
+#: A caller seen behind and then waiting is looked at once more, this soon: its
+#: thread may have been just back from the socket with bytes it had not judged.
+CAUGHT_UP_RECHECK = 0.01
 
 
 class Killable(Protocol):
@@ -217,6 +220,7 @@ class Guard:
         now = monotonic()
         if now - self._overdue_since >= CALLER_LAG_LIMIT:
             return False
+        recheck = CALLER_LAG_RECHECK
         if caller_behind():
             self._was_behind = True
         elif not self._was_behind:
@@ -224,9 +228,10 @@ class Guard:
         else:
             # Caught up since the last look. A reader seen waiting with nothing
             # pending may be one just back from the socket with its bytes, its
-            # thread not yet out of the read: silent only if seen so again.
+            # thread not yet out of the read: silent only if seen so again, soon.
             self._was_behind = False
-        self.deadline = self._deferred_to = now + CALLER_LAG_RECHECK
+            recheck = CAUGHT_UP_RECHECK
+        self.deadline = self._deferred_to = now + recheck
         return True
 
     def interrupt(self, reason: str) -> None:
