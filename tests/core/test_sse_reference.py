@@ -428,7 +428,7 @@ def assert_agrees(
 
 
 @pytest.mark.parametrize("middle", MIDDLES)
-@fuzz(500)
+@fuzz(250)  # twice: once per MIDDLES value
 @given(stream=streams, heartbeats=heartbeat_sets, data=st.data())
 def test_scanner_agrees_with_the_reference_after_every_chunk(
     middle: int, stream: bytes, heartbeats: tuple[str, ...], data: st.DataObject
@@ -556,7 +556,7 @@ def check_meter(
 
 
 @pytest.mark.parametrize("middle", MIDDLES)
-@fuzz(350)
+@fuzz(175)  # twice: once per MIDDLES value
 @given(stream=streams, coding=codings, heartbeats=heartbeat_sets, data=st.data())
 def test_meter_agrees_with_the_reference_after_every_chunk(
     middle: int,
