@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import math
-import resource
 import socket
 import statistics
 import time
@@ -42,7 +41,18 @@ from hermes_transport.testing import Scenario
 
 from . import seed_model, variants
 from .flavor import FLAVOR
-from .gated_reads import EVENT_END, PLATEAU, RCVBUF, RUSAGE, WANT, GatedStream, Sample, _queued
+from .gated_reads import (
+    EVENT_END,
+    PLATEAU,
+    RCVBUF,
+    WANT,
+    GatedStream,
+    Sample,
+    Turns,
+    _queued,
+    samples_of,
+    timed_turn,
+)
 from .measure import fmt_s
 from .progress import say
 from .report import Row, Verdict
@@ -174,48 +184,21 @@ def _read_round(
     for stream in streams.values():  # until the server is done, or blocked on full sockets
         _gate(stream, math.inf, SETTLED)
         stream.whole = stream.served
-    wall, cpu = dict.fromkeys(order, 0.0), dict.fromkeys(order, 0.0)
-    turns, waits, preempted = (dict.fromkeys(order, 0) for _ in range(3))
+    turns = Turns(order)
     reading = list(order)
     while reading:
         for variant in list(reading):
             stream = streams[variant]
             held = _gate(stream)
             limit = held - UNIT_MAX if held is not None else None
-            got, ended = 0, False
-            before = resource.getrusage(RUSAGE)
-            started, started_cpu = time.perf_counter(), time.process_time()
-            for size in stream.units:
-                if size < 0:
-                    ended = True
-                    break
-                got += 1 if limit is None else size
-                if got > (SLICE if limit is None else limit):
-                    break
-            wall[variant] += time.perf_counter() - started
-            cpu[variant] += time.process_time() - started_cpu
-            after = resource.getrusage(RUSAGE)
-            waits[variant] += after.ru_nvcsw - before.ru_nvcsw
-            preempted[variant] += after.ru_nivcsw - before.ru_nivcsw
-            turns[variant] += 1
+            if limit is None:  # all in the client: a turn is SLICE chunks
+                counted = (1 if size >= 0 else size for size in stream.units)
+                ended = timed_turn(counted, SLICE, variant, turns)
+            else:
+                ended = timed_turn(stream.units, limit, variant, turns)
             if ended:
                 reading.remove(variant)
-                for _ in stream.units:  # closes the stream and its client, untimed
-                    pass
-    return {
-        v: Sample(
-            wall[v],
-            cpu[v],
-            s.bytes,
-            s.chunks,
-            events - s.first_events,
-            s.bytes + s.first_bytes,
-            turns[v],
-            waits[v],
-            preempted[v],
-        )
-        for v, s in streams.items()
-    }
+    return samples_of(streams, turns, events)
 
 
 def _scenario(events: int) -> Scenario:

@@ -120,6 +120,63 @@ def _gate(sock: socket.socket) -> int:
     return held
 
 
+class Turns:
+    """What the timed turns of each client added up to: seconds, turns, context switches."""
+
+    def __init__(self, order: tuple[Variant, ...]) -> None:
+        self.wall = dict.fromkeys(order, 0.0)
+        self.cpu = dict.fromkeys(order, 0.0)
+        self.turns = dict.fromkeys(order, 0)
+        self.waits = dict.fromkeys(order, 0)
+        self.preempted = dict.fromkeys(order, 0)
+
+
+def timed_turn(units: Iterator[int], limit: int, variant: Variant, turns: Turns) -> bool:
+    """One timed turn: read ``units`` (sizes; negative at the end) until more than
+    ``limit`` bytes (``units`` that count 1 a chunk: chunks); whether the stream ended
+    (then it is closed, untimed)."""
+    got, ended = 0, False
+    before = resource.getrusage(RUSAGE)
+    started, started_cpu = time.perf_counter(), time.process_time()
+    for size in units:
+        if size < 0:
+            ended = True
+            break
+        got += size
+        if got > limit:
+            break
+    turns.wall[variant] += time.perf_counter() - started
+    turns.cpu[variant] += time.process_time() - started_cpu
+    after = resource.getrusage(RUSAGE)
+    turns.waits[variant] += after.ru_nvcsw - before.ru_nvcsw
+    turns.preempted[variant] += after.ru_nivcsw - before.ru_nivcsw
+    turns.turns[variant] += 1
+    if ended:
+        for _ in units:  # closes the stream and its client, untimed
+            pass
+    return ended
+
+
+def samples_of(
+    streams: Mapping[Variant, GatedStream], turns: Turns, events: int
+) -> dict[Variant, Sample]:
+    """Each client's sample from its stream and its turns; ``events``: the stream's."""
+    return {
+        v: Sample(
+            turns.wall[v],
+            turns.cpu[v],
+            s.bytes,
+            s.chunks,
+            events - s.first_events,
+            s.bytes + s.first_bytes,
+            turns.turns[v],
+            turns.waits[v],
+            turns.preempted[v],
+        )
+        for v, s in streams.items()
+    }
+
+
 def read_round(
     streams: Mapping[Variant, GatedStream], order: tuple[Variant, ...], events: int
 ) -> dict[Variant, Sample]:
@@ -128,48 +185,13 @@ def read_round(
     gc.collect()
     for stream in streams.values():
         next(stream.units)  # open, and wait for the first chunk: untimed
-    wall = dict.fromkeys(order, 0.0)
-    cpu = dict.fromkeys(order, 0.0)
-    turns = dict.fromkeys(order, 0)
-    waits = dict.fromkeys(order, 0)
-    preempted = dict.fromkeys(order, 0)
+    turns = Turns(order)
     reading = list(order)
     while reading:
         for variant in list(reading):
             stream = streams[variant]
             assert stream.sock is not None
             limit = _gate(stream.sock) - READ_MAX
-            got, ended = 0, False
-            before = resource.getrusage(RUSAGE)
-            started, started_cpu = time.perf_counter(), time.process_time()
-            for size in stream.units:
-                if size < 0:
-                    ended = True
-                    break
-                got += size
-                if got > limit:
-                    break
-            wall[variant] += time.perf_counter() - started
-            cpu[variant] += time.process_time() - started_cpu
-            after = resource.getrusage(RUSAGE)
-            waits[variant] += after.ru_nvcsw - before.ru_nvcsw
-            preempted[variant] += after.ru_nivcsw - before.ru_nivcsw
-            turns[variant] += 1
-            if ended:
+            if timed_turn(stream.units, limit, variant, turns):
                 reading.remove(variant)
-                for _ in stream.units:  # closes the stream and its client, untimed
-                    pass
-    return {
-        v: Sample(
-            wall[v],
-            cpu[v],
-            s.bytes,
-            s.chunks,
-            events - s.first_events,
-            s.bytes + s.first_bytes,
-            turns[v],
-            waits[v],
-            preempted[v],
-        )
-        for v, s in streams.items()
-    }
+    return samples_of(streams, turns, events)
