@@ -18,6 +18,7 @@ from .clock import monotonic
 from .errors import StreamInterrupted, StreamStalled, interrupted_before_response
 from .flavor import Flavor
 from .guard import Guard
+from .progress import ProgressMeter
 from .stages import words_for
 from .wires import ErrorEvent
 
@@ -135,7 +136,7 @@ def mapped_error(
     guard: Guard,
     attempt: Attempt,
     stale: float | None,
-    progress: str,
+    meter: ProgressMeter | None,
     exc: BaseException,
     *,
     in_body: bool,
@@ -145,9 +146,9 @@ def mapped_error(
 
     The one place where a killed connection's httpx error becomes ours.
     ``in_body``: raised while the caller reads the body, not in ``handle_request``.
-    ``progress`` says what is known of the events read (``ProgressMeter.progress``).
-    ``note`` ends a stall's message (what was done about it), else ``attempt.hint``
-    ends a mid-stream one.
+    ``meter`` is the attempt's (``None``: no event stream yet): a stall's message
+    says what is known of the events it read. ``note`` ends a stall's message
+    (what was done about it), else ``attempt.hint`` ends a mid-stream one.
     """
     if guard.fired is None or not isinstance(exc, attempt.dead):
         return None
@@ -173,7 +174,8 @@ def mapped_error(
     if stage == "mid_stream":
         assert stale is not None
         return attempt.flavor.stalled(
-            f"stream stalled: no progress event for {stale:g} s after {progress},"
+            f"stream stalled: no progress event for {stale:g} s after"
+            f" {meter.progress if meter is not None else '0 event(s)'},"
             f" {elapsed:.2f} s into attempt {attempt.number}{attempt.origin}"
             f"{note or attempt.hint}",
             request=attempt.request,
@@ -185,7 +187,8 @@ def mapped_error(
     assert attempt.budget is not None
     return attempt.flavor.stalled(
         f"stream stalled: no first event within {attempt.budget:g} s"
-        f" ({words_for(stage)}) on attempt {attempt.number}{attempt.origin}{note}",
+        f" ({words_for(stage)}{meter.before_output if meter is not None else ''})"
+        f" on attempt {attempt.number}{attempt.origin}{note}",
         request=attempt.request,
         stage="first_event",
         budget=attempt.budget,

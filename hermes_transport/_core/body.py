@@ -291,12 +291,11 @@ class BodyWatch:
     def _failure(self, exc: BaseException, *, log: bool = True) -> Exception | None:
         """The error to raise instead of ``exc`` (the body is already closed), if any; a
         stall is logged (``log``) as it is raised."""
-        meter = self._meter
         error = mapped_error(
             self._guard,
             self._attempt,
             self._stale,
-            meter.progress if meter is not None else "0 event(s)",
+            self._meter,
             exc,
             in_body=True,
             note=self._note,

@@ -68,8 +68,9 @@ class StreamStalled(httpx.ReadTimeout, httpx.RemoteProtocolError):
     """A streaming response made no progress within its budget and was cut.
 
     ``stage`` is where the attempt that stalled was: ``"first_event"`` when
-    no data event arrived within the first-event budget, ``"mid_stream"``
-    when no data event followed the last one within the stale budget. The
+    no output event (progress: not a preamble event, not a heartbeat; see the
+    README's table of each wire's events) arrived within the first-event budget,
+    ``"mid_stream"`` when none followed the last one within the stale budget. The
     first-event budget starts when the pool wait is over (the attempt begins
     connecting, or writes to a pooled connection; where the transport cannot
     see its inner transport's sockets, when the attempt starts), so sending

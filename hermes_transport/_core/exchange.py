@@ -68,6 +68,7 @@ class Exchange:
         "_flavor",
         "_handoff",
         "_hint",
+        "_meter",
         "_policy",
         "_replayable",
         "_request",
@@ -122,6 +123,7 @@ class Exchange:
         #: The draft of the stream's statistics, for the body to add to and end.
         self.record = StreamRecord(request, self._wire, self.budgets, on_stats)
         self._event_stream = False  # a response was an event stream (reported as a stream)
+        self._meter: ProgressMeter | None = None  # the latest attempt's, once it is answered
         #: How to resume the stream, if it can be (a background Responses one).
         self.resumable: Resumable | None = (
             resumable_for(request, self._wire, body, flavor.http) if streaming else None
@@ -182,7 +184,7 @@ class Exchange:
         )
         self.record.new_attempt()
         guard = Guard()
-        self.guard, self.attempt = guard, attempt
+        self.guard, self.attempt, self._meter = guard, attempt, None
         if not guard.bind(self._tokens):
             reason = guard.reason or "interrupted"
             logger.info(
@@ -220,7 +222,7 @@ class Exchange:
         attempt = Attempt(request, self._flavor, number, budget, origin=self.budgets.source)
         self.record.resumed()
         guard = Guard("before_sending")
-        self.guard, self.attempt = guard, attempt
+        self.guard, self.attempt, self._meter = guard, attempt, None
         if not guard.bind(self._tokens):
             return guard, attempt
         if budget is not None:
@@ -300,9 +302,8 @@ class Exchange:
         if isinstance(exc, ResumeFailed):
             error = exc.error
         else:
-            error = mapped_error(
-                guard, attempt, self.budgets.stale, "0 event(s)", exc, in_body=False
-            )
+            stale, meter = self.budgets.stale, self._meter
+            error = mapped_error(guard, attempt, stale, meter, exc, in_body=False)
         if error is None:
             return exc
         if isinstance(error, StreamInterrupted):
@@ -337,12 +338,13 @@ class Exchange:
         if is_event_stream(response.status_code, response.headers.get("content-type", "")):
             self._event_stream = True
             encoding = response.headers.get("content-encoding", "")
-            return ProgressMeter(
+            self._meter = ProgressMeter(
                 encoding,
                 self._policy.heartbeats_for(self._wire),
                 self._wire,
                 track=self.resumable is not None,
             )
+            return self._meter
         # Not watched for progress, but interruptible, and the guard keeps the
         # socket from being closed under the body by another thread.
         return None

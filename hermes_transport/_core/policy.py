@@ -60,9 +60,10 @@ class StreamPolicy:
     """Liveness budgets for streaming responses, as a frozen value.
 
     ``stale_timeout``: seconds a stream may go without a progress event (an SSE
-    event carrying ``data``; keepalive comments do not count) after its first
-    one before it is cut and ``StreamStalled`` raised. ``None`` turns the
-    stall watch off.
+    event carrying ``data`` that its wire counts as output or end: keepalive
+    comments, ``heartbeat_events`` and the Responses and Messages preamble do
+    not count) after its first one before it is cut and ``StreamStalled``
+    raised. ``None`` turns the stall watch off.
 
     ``first_event_timeout``: seconds from when a streaming attempt gets its
     connection (a new one, or a pooled one; waiting for a free one in a full

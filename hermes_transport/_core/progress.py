@@ -140,6 +140,18 @@ class ProgressMeter:
         return self._scanner.comment_bytes
 
     @property
+    def before_output(self) -> str:
+        """What came that was not output, as a first-event stall says it ("" if nothing):
+        before the first output every event is read, so the counts are exact."""
+        scanner = self._scanner
+        if scanner.events or not (scanner.heartbeats or scanner.others):
+            return ""
+        return (
+            f"; {scanner.others} preamble event(s) and {scanner.heartbeats} heartbeat(s)"
+            " arrived, none of them output"
+        )
+
+    @property
     def seen_event(self) -> bool:
         """Whether any event with data has completed (progress or not)."""
         scanner = self._scanner

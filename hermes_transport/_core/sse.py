@@ -19,15 +19,15 @@ before any output is kept as ``error``. A resumable Responses stream is also
 tracked (``track``): the response id, the ``sequence_number`` of the last
 completed event, and whether an end or error event has completed.
 
-Reading an event costs a Python step. Until the first output every event is
-read; after it, a chunk is read event by event only up to its first boundary
-(a blank line ending in LF), and from its last complete event on. The run of
-complete events between, if longer than ``_SMALL_MIDDLE``, is read only when a
-decision depends on it: when the last event is not progress, or when the run
-holds an end event's bytes (``wires.end_finders``, a C search). Decisions stay
-exact; ``events``, ``heartbeats`` and ``comment_bytes`` then become lower
-bounds, and ``counted`` turns false. A chunk without an LF boundary (CR or
-CRLF endings) is read event by event.
+Reading an event costs a Python step. Until the first output (on a tracked
+stream, always) every event is read; after it, a chunk is read event by event
+only up to its first boundary (a blank line ending in LF), and from its last
+complete event on. The run of complete events between, if longer than
+``_SMALL_MIDDLE``, is read only when a decision depends on it: when the last
+event is not progress, or when the run holds an end event's bytes
+(``wires.end_finders``, a C search). Decisions stay exact; ``events``,
+``heartbeats`` and ``comment_bytes`` then become lower bounds, and ``counted``
+turns false. A chunk without an LF boundary (CR, CRLF) is read event by event.
 
 Memory is bounded whatever the server sends: of the line in progress only its
 first ``_PREFIX`` bytes are kept (all a generic decision needs: a field name,
@@ -331,9 +331,9 @@ class SSEScanner:
         if kind == "end":
             self.done = True
         if self.events == 1:
-            # Past the first output, runs of events are read only where a decision
-            # depends on them; on Chat Completions nothing more is classified.
-            self._ends = end_finders(self._wire, self._track)
+            # Past the first output, runs are read only where a decision depends on them
+            # (a resume needs a tracked run's last number); Chat: nothing more classified.
+            self._ends = None if self._track else end_finders(self._wire, self._track)
             if self._wire == "chat_completions":
                 self._capture = False
                 self._cap = _PREFIX

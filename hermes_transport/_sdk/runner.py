@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .._core.calls import Call, bind_call
+from .._core.contexts import ClientProfile
 from .._core.errors import Handoff, StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
@@ -59,6 +60,12 @@ class _Job(Generic[R]):
     create_kwargs: dict[str, Any]
 
 
+def _profile(client: Any) -> ClientProfile | None:
+    """What the factory that made ``client``, or its http client, decided (an anthropic
+    client is built around ``http_client_for``'s: the SDKs keep it in ``_client``)."""
+    return profile_of(client) or profile_of(getattr(client, "_client", None))
+
+
 def _job(
     wire: SdkWire[R],
     client: Any,
@@ -73,10 +80,10 @@ def _job(
     if interrupt is not None and not isinstance(interrupt, Interrupt):
         raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
     create_kwargs["stream"] = True
-    profile = profile_of(client)
+    profile = _profile(client)
     if profile is not None:
         policy = profile.policy
-    else:  # the SDKs keep their http client in `_client`
+    else:
         policy = transport_policy(getattr(client, "_client", None))
     tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
     return _Job(wire, client, policy, tokens, on_event, create_kwargs)
@@ -168,7 +175,7 @@ def stream_call(
     """
     job = _job(wire, client, False, interrupt, on_event, create_kwargs)
     if inline is None:
-        profile = profile_of(client)
+        profile = _profile(client)
         inline = profile.inline if profile is not None else True
     return _stream(job) if inline else _stream_on_worker(job)
 

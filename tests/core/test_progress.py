@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hermes_transport._core.progress import ProgressMeter, is_event_stream, wants_stream
 from hermes_transport._core.sse import SSEScanner
+from hermes_transport._core.wires import Wire
 
 # Pure scanning: the same under every openai major (see the `once` marker).
 pytestmark = pytest.mark.once
@@ -529,3 +530,39 @@ def test_is_event_stream_true(status: int, content_type: str) -> None:
 def test_is_event_stream_false(status: int, content_type: str) -> None:
     """Non-2xx statuses and other media types are not event streams."""
     assert is_event_stream(status, content_type) is False
+
+
+@pytest.mark.parametrize(
+    ("wire", "body", "said"),
+    [
+        ("chat_completions", b"", ""),
+        ("chat_completions", b": keepalive\n\n", ""),
+        (
+            "chat_completions",
+            b"event: ping\ndata: {}\n\n",
+            "; 0 preamble event(s) and 1 heartbeat(s)",
+        ),
+        (
+            "responses",
+            b'event: response.created\ndata: {"type":"response.created"}\n\n'
+            b'event: keepalive\ndata: {"type":"keepalive"}\n\n' * 2,
+            "; 2 preamble event(s) and 2 heartbeat(s)",
+        ),
+        (
+            "messages",
+            b'event: message_start\ndata: {"type":"message_start"}\n\n'
+            b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n',
+            "",
+        ),
+    ],
+    ids=["silent", "comments only", "chat ping", "responses preamble", "after output"],
+)
+def test_what_came_before_the_first_output_is_said_exactly(
+    wire: Wire, body: bytes, said: str
+) -> None:
+    """A first-event stall says how many preamble events and heartbeats came, and nothing once output came."""
+    heartbeats = {"chat_completions": {"ping"}, "responses": {"keepalive"}, "messages": {"ping"}}
+    meter = ProgressMeter("", heartbeats[wire], wire)
+    meter.feed(body)
+    expected = f"{said} arrived, none of them output" if said else ""
+    assert meter.before_output == expected

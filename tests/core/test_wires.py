@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import zlib
 from typing import Any
 
@@ -389,7 +390,7 @@ def test_the_scanner_sorts_any_mix_of_a_wires_events_however_chunked(
     """Any sequence of a wire's events, split anywhere, ends done and keeps its first early error as the events say, counted exactly while the scanner says so; a tracked stream sees its end."""
     pool = _POOL[wire]
     chosen = [pool[pick % len(pool)] for pick in picks]
-    body = b"".join(raw for raw, _ in chosen)
+    body = b"".join(_numbered(raw, number) for number, (raw, _) in enumerate(chosen))
     if crlf:
         body = body.replace(b"\n", b"\r\n")
     points = sorted({min(cut, len(body)) for cut in cuts} | {0, len(body)})
@@ -405,6 +406,17 @@ def test_the_scanner_sorts_any_mix_of_a_wires_events_however_chunked(
     assert kept == error
     if track and wire == "responses":
         assert scanner.finished == any(kind in ("end", "error", "transient") for kind in kinds)
+        numbers = [_SEQUENCE.findall(_numbered(raw, n)) for n, (raw, _) in enumerate(chosen)]
+        last = [int(found[-1]) for found in numbers if found]
+        assert scanner.sequence == (last[-1] if last else -1)  # where a resume would start
+
+
+_SEQUENCE = re.compile(rb'"sequence_number": ?(\d+)')
+
+
+def _numbered(raw: bytes, number: int) -> bytes:
+    """``raw`` with its ``sequence_number`` (if it has one) set to ``number``."""
+    return raw.replace(b'"sequence_number": 0', b'"sequence_number": %d' % number)
 
 
 HB = ("keepalive", "ping")
@@ -420,3 +432,21 @@ def test_every_end_event_holds_one_of_its_wire_s_markers(wire: Wire, track: bool
         names |= _ERRORS.get(wire, frozenset())
     for name in names:
         assert any(marker in name for marker in markers), name
+
+
+@pytest.mark.parametrize("middle", MIDDLES)
+@pytest.mark.parametrize(
+    "last",
+    [KEEPALIVE, ITEM_ADDED, DELTA],
+    ids=["keepalive", "item added", "output"],
+)
+@pytest.mark.parametrize("text", ["hi", "the task is complete"], ids=["plain", "end word"])
+def test_a_tracked_stream_knows_the_number_of_the_last_event_of_a_long_chunk(
+    middle: int, last: bytes, text: str
+) -> None:
+    """A burst of numbered events in one read, whatever it ends with and says, leaves the number of its last event: a resume starts right after it."""
+    burst = [responses("response.output_text.delta", delta=text) for _ in range(40)] + [last]
+    numbered = [_numbered(raw, number) for number, raw in enumerate(burst, start=5)]
+    with events_read_one_by_one_up_to(middle):
+        scanner = scan("responses", RESPONSES_PREAMBLE + DELTA, b"".join(numbered), track=True)
+    assert scanner.sequence == 5 + len(burst) - 1

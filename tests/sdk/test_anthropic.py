@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import pytest
 
-from hermes_transport import StreamPolicy, StreamStalled
+from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 from hermes_transport.testing import MESSAGES_PATH, FaultServer, Scenario
 
-from _support import PROMPT, Flavor
+from _support import PROMPT, Flavor, assert_prompt, interrupt_when
 
 # anthropic 2.x and httpx2 need Python 3.11+.
 anthropic = pytest.importorskip("anthropic")
@@ -188,3 +189,44 @@ async def test_an_async_message_streams_and_a_pinging_one_stalls(
         assert BUDGET <= took < BUDGET + PROMPT
     finally:
         await client.close()
+
+
+#: Where a plain client is interrupted: the scenario, and the stage the interrupt names.
+INTERRUPT_POINTS = {
+    "before the headers": (Scenario.silent_before_headers(), "headers"),
+    "mid-stream": (Scenario(stall_after_events=4), "mid_stream"),
+}
+
+
+@pytest.mark.parametrize("point", sorted(INTERRUPT_POINTS))
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_an_interrupt_bound_around_a_plain_clients_call_ends_it_at_once(
+    server: FaultServer, point: str, is_async: bool
+) -> None:
+    """A plain anthropic client with its default max_retries, interrupted under bind() before its headers or mid-stream: StreamInterrupted at once, one request."""
+    scenario, stage = INTERRUPT_POINTS[point]
+    server.scenario = scenario
+    token = Interrupt()
+    sdk: dict[str, Any] = {"base_url": server.base_url.removesuffix("/v1"), "api_key": "k"}
+    when = interrupt_when(token, lambda: len(server.requests) == 1, delay=0.3)
+    with token.bind(), pytest.raises(StreamInterrupted) as info:
+        _call_a_plain_client(sdk, is_async=is_async)
+    assert_prompt(when, info.value, stage)
+    assert len(server.requests) == 1
+
+
+def _call_a_plain_client(sdk: dict[str, Any], *, is_async: bool) -> None:
+    """One streamed message on a plain (default max_retries) anthropic client."""
+    if not is_async:
+        with anthropic.Anthropic(http_client=ht2.http_client_for("cron"), **sdk) as client:
+            with client.messages.stream(**MESSAGE) as stream:
+                stream.until_done()
+        return
+
+    async def call() -> None:
+        http_client = ht2.async_http_client_for("cron")
+        async with anthropic.AsyncAnthropic(http_client=http_client, **sdk) as client:
+            async with client.messages.stream(**MESSAGE) as stream:
+                await stream.until_done()
+
+    anyio.run(call)

@@ -382,3 +382,26 @@ def test_the_wrong_client_or_stream_false_is_refused_before_sending(server: Faul
             stream_message(client, stream=False, **REQUEST)
     anyio.run(async_client.close)
     assert server.requests == []
+
+
+@pytest.mark.parametrize(("platform", "on_worker"), [("cron", False), ("cli", True)])
+def test_without_inline_the_http_clients_factory_decides_where_the_message_streams(
+    server: FaultServer, platform: str, on_worker: bool
+) -> None:
+    """inline=None follows the factory that built the anthropic client's http client: cron inline, cli on a worker with its token."""
+    token = Interrupt()
+    threads: list[threading.Thread] = []
+    http_client = ht2.http_client_for(platform, policy=PATIENT, interrupt=token)
+    sdk: dict[str, Any] = {"base_url": server.base_url.removesuffix("/v1"), "api_key": "k"}
+    with anthropic.Anthropic(http_client=http_client, **sdk) as client:
+        message = stream_message(
+            client, on_event=lambda _: threads.append(threading.current_thread()), **REQUEST
+        )
+        assert isinstance(message.content[0], TextBlock)
+        assert {thread is threading.current_thread() for thread in threads} == {not on_worker}
+        server.scenario = Scenario(stall_after_events=TO_FIRST_DELTA)
+        _when(lambda: len(server.requests) == 2, lambda: token.interrupt("stop"))
+        started = time.monotonic()
+        with pytest.raises(StreamInterrupted, match="stop"):
+            stream_message(client, **REQUEST)
+    assert time.monotonic() - started < 10.0

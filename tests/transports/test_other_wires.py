@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -148,6 +147,9 @@ def test_a_response_that_only_keeps_alive_past_the_first_event_budget_is_re_sent
         _response_text(client, helper=False)
     stall = _stall_in(info.value)
     assert (stall.stage, stall.attempts) == ("first_event", 2)
+    _says_what_came_before_output(
+        stall, preamble=4
+    )  # created, in progress, an empty item and part
     assert [r.path for r in server.requests] == [RESPONSES_PATH] * 2
     assert time.monotonic() - started < 10.0
 
@@ -164,6 +166,17 @@ def test_a_message_that_only_pings_past_the_first_event_budget_stalls_at_the_fir
     with pytest.raises(anthropic.APITimeoutError) as info:
         _message_text(client)
     assert _stall_in(info.value).stage == "first_event"
+    _says_what_came_before_output(_stall_in(info.value), preamble=2)  # message_start, empty block
+
+
+def _says_what_came_before_output(stall: StreamStalled, *, preamble: int) -> None:
+    """The stall's message says the model was heard from (preamble, keepalives), not silent."""
+    said = re.search(
+        r"; (\d+) preamble event\(s\) and (\d+) heartbeat\(s\) arrived, none", str(stall)
+    )
+    assert said is not None, str(stall)
+    assert int(said.group(1)) == preamble
+    assert int(said.group(2)) >= 2, str(stall)  # one every 50 ms for 0.6 s
 
 
 def _stall_in(error: BaseException) -> StreamStalled:
@@ -266,26 +279,34 @@ def test_a_failed_response_before_any_output_is_re_sent(
     assert len(server.requests) == 2
 
 
+#: How the fault server keeps each wire's thinking alive.
+KEEPALIVES = {
+    "chat_completions": b": keepalive",
+    "responses": b"event: keepalive",
+    "messages": b"event: ping",
+}
+BODIES: dict[str, dict[str, Any]] = {
+    "chat_completions": CHAT,
+    "responses": RESPONSE,
+    "messages": MESSAGE,
+}
+
+
 @pytest.mark.once  # no SDK: the same under every openai major
-def test_every_event_reaches_the_caller_byte_for_byte(server: FaultServer, flavor: Flavor) -> None:
-    """Preamble, keepalives and content arrive through the watchdog as the server sent them."""
+@pytest.mark.parametrize("wire", WIRES)
+def test_every_event_reaches_the_caller_byte_for_byte(
+    server: FaultServer, flavor: Flavor, wire: str
+) -> None:
+    """Preamble, keepalives and content arrive through the watchdog exactly as the server wrote them, in order."""
     server.scenario = replace(Scenario.thinking(0.3, keepalive_interval=0.05), hold=5.0)
-    body = {**RESPONSE, "stream": True}
-    with httpx.Client() as plain:
-        expected = plain.post(server.base_url + "/responses", json=body).content
+    body = {**BODIES[wire], "stream": True}
     with flavor.http_client_for("cron", policy=StreamPolicy(stale_timeout=5.0)) as client:
-        got = client.post(server.base_url + "/responses", json=body).content
-    assert got.count(b"event: keepalive") >= 2
-    # Only ids, clocks and the number of keepalives (timing) may differ between two answers.
-    assert _normalised(got) == _normalised(expected)
-
-
-def _normalised(body: bytes) -> bytes:
-    events = [e for e in body.split(b"\n\n") if not e.startswith(b"event: keepalive")]
-    text = b"\n\n".join(events)
-    text = re.sub(rb'"sequence_number": \d+', b"", text)
-    text = re.sub(rb'"created_at": [\d.]+', b"", text)
-    return re.sub(rb"hermes\d+", b"hermes", text)
+        got = client.post(server.base_url + PATHS[wire].removeprefix("/v1"), json=body).content
+    (sent,) = server.sent
+    assert b"".join(data for _, data in sent.writes) == got
+    assert len(got) == sent.body_bytes
+    heartbeat = KEEPALIVES[wire]
+    assert got.count(heartbeat) >= 2  # the keepalives of the thinking are there, not dropped
 
 
 @pytest.mark.timing
@@ -424,3 +445,102 @@ async def test_async_an_interrupt_during_the_back_off_ends_the_call_at_once(
             await client.responses.create(stream=True, **RESPONSE)
     assert_prompt(when, _interrupt_in(info.value), "before_sending")
     assert len(server.requests) == 1
+
+
+async def _arun(wire: str, server: FaultServer, sdk_flavor: Flavor, policy: StreamPolicy) -> str:
+    """One streaming call of ``wire`` on its async SDK client, its text."""
+    if wire == "messages":
+        anthropic = pytest.importorskip("anthropic")
+        ht2 = pytest.importorskip("hermes_transport.httpx2")
+        async with (
+            anthropic.AsyncAnthropic(
+                base_url=server.base_url.removesuffix("/v1"),
+                api_key="x",
+                http_client=ht2.async_http_client_for("cron", policy=policy),
+                max_retries=0,
+            ) as client,
+            client.messages.stream(**MESSAGE) as stream,
+        ):
+            return str(await stream.get_final_text())
+    http_client = sdk_flavor.async_http_client_for("cron", policy=policy)
+    async with openai.AsyncOpenAI(
+        base_url=server.base_url, api_key="x", http_client=http_client, max_retries=0
+    ) as client:
+        pieces: list[str] = []
+        if wire == "responses":
+            async with client.responses.stream(**RESPONSE) as stream:
+                async for event in stream:
+                    if event.type == "response.output_text.delta":
+                        pieces.append(event.delta)
+        else:
+            async for chunk in await client.chat.completions.create(stream=True, **CHAT):
+                pieces.extend(choice.delta.content or "" for choice in chunk.choices)
+        return "".join(pieces)
+
+
+#: Each error event case: the scenario, the re-send budget, the requests the server sees,
+#: whether the call succeeds.
+def _transient_then_healthy(kind: str) -> Scenario:
+    return Scenario.stall_first(1, stall=Scenario.error_in_stream(kind))
+
+
+def _not_transient(_: str) -> Scenario:
+    return Scenario.error_in_stream("invalid_request_error")
+
+
+def _after_output(kind: str) -> Scenario:
+    return Scenario.error_in_stream(kind, after_events=6)
+
+
+ERROR_CASES: dict[str, tuple[Callable[[str], Scenario], int, int, bool]] = {
+    "transient, then healthy": (_transient_then_healthy, 1, 2, True),
+    "transient on every attempt": (Scenario.error_in_stream, 1, 2, False),
+    "not transient": (_not_transient, 2, 1, False),
+    "after output": (_after_output, 2, 1, False),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+@pytest.mark.parametrize("wire", WIRES)
+async def test_async_error_events_are_re_sent_or_passed_through_as_on_a_thread(
+    server: FaultServer,
+    sdk_flavor: Flavor,
+    sdk_abandons_async_generators: None,
+    wire: str,
+    case: str,
+) -> None:
+    """On an event loop, a transient error before output is re-sent within the budget; every other one passes through as the SDK's error."""
+    if wire == "messages" and sdk_flavor.name != "httpx2":
+        pytest.skip("the anthropic SDK runs on httpx2 whatever the openai flavor")
+    scenario, retries, requests, succeeds = ERROR_CASES[case]
+    server.scenario = scenario("overloaded_error" if wire == "messages" else "server_error")
+    policy = StreamPolicy(retries=retries)
+    if succeeds:
+        assert await _arun(wire, server, sdk_flavor, policy) == "hello world"
+    else:
+        with pytest.raises(_sdk_error(wire)) as info:
+            await _arun(wire, server, sdk_flavor, policy)
+        assert not isinstance(info.value, StreamStalled)
+    assert [r.path for r in server.requests] == [PATHS[wire]] * requests
+
+
+@pytest.mark.timing
+@pytest.mark.anyio
+async def test_async_a_message_thinking_behind_pings_succeeds_and_past_its_budget_stalls(
+    server: FaultServer, sdk_flavor: Flavor
+) -> None:
+    """AsyncAnthropic: pings past the stale budget within the first-event one succeed; past it, re-sent once, then a first_event stall."""
+    anthropic = pytest.importorskip("anthropic")
+    if sdk_flavor.name != "httpx2":
+        pytest.skip("the anthropic SDK runs on httpx2 whatever the openai flavor")
+    await _arun("messages", server, sdk_flavor, StreamPolicy())  # the SDK's models: not timed
+    policy = StreamPolicy(stale_timeout=STALE, first_event_timeout=1.5, retries=1)
+    server.scenario = _thinking(THINK)
+    assert await _arun("messages", server, sdk_flavor, policy) == "hello world"
+    server.scenario = _thinking(30.0)
+    with pytest.raises(anthropic.APITimeoutError) as info:
+        await _arun("messages", server, sdk_flavor, policy)
+    stall = _stall_in(info.value)
+    assert (stall.stage, stall.attempts) == ("first_event", 2)
+    _says_what_came_before_output(stall, preamble=2)

@@ -76,3 +76,29 @@ def test_an_interrupt_during_the_sdks_back_off_ends_its_retry(
             client.post(url, json=chat_body(), headers={**headers, "x-stainless-retry-count": "1"})
     assert (info.value.reason, info.value.stage) == ("user pressed stop", "before_sending")
     assert len(server.requests) == 1  # the retry never went out
+
+
+@pytest.mark.once
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("user_agent", "sdk_error"),
+    [("AsyncOpenAI/Python 3.57.0", True), ("AsyncOpenAI/Python 1.109.1", False)],
+)
+async def test_on_an_event_loop_a_spent_stall_ends_as_the_sdk_would_end_it(
+    flavor: Flavor, server: FaultServer, user_agent: str, sdk_error: bool
+) -> None:
+    """The async transport ends a spent stall as the sync one: openai 2.x and 3.x get their own APITimeoutError, 1.x the stall."""
+    server.scenario = Scenario.silent_before_headers()
+    transport = flavor.AsyncWatchdogTransport(policy=POLICY)
+    async with flavor.http.AsyncClient(transport=transport, timeout=30.0) as client:
+        with pytest.raises(Exception) as info:  # noqa: PT011  (which one is the test)
+            await client.post(
+                server.base_url + "/chat/completions",
+                json=chat_body(),
+                headers={"user-agent": user_agent},
+            )
+    stall = info.value.__cause__ if sdk_error else info.value
+    assert (type(info.value) is openai.APITimeoutError) == sdk_error
+    assert isinstance(stall, flavor.StreamStalled)
+    assert (stall.stage, stall.attempts) == ("first_event", 1)
+    assert len(server.requests) == 1
