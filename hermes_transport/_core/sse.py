@@ -153,7 +153,7 @@ class SSEScanner:
         # one of which every event that ends the stream contains; none until
         # the first output (before it every event is read).
         generic = wire == "generic"
-        self._ends: tuple[EndFinder, ...] | None = end_finders(wire, track) if generic else None
+        self._ends: tuple[EndFinder, ...] | None = end_finders(wire) if generic else None
         self.events = 0
         # Not progress, counted for the statistics: keepalive events, other
         # completed events with data (preamble, errors), and comment lines' bytes.
@@ -333,7 +333,7 @@ class SSEScanner:
         if self.events == 1:
             # Past the first output, runs are read only where a decision depends on them
             # (a resume needs a tracked run's last number); Chat: nothing more classified.
-            self._ends = None if self._track else end_finders(self._wire, self._track)
+            self._ends = None if self._track else end_finders(self._wire)
             if self._wire == "chat_completions":
                 self._capture = False
                 self._cap = _PREFIX

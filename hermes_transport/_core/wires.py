@@ -138,31 +138,24 @@ def wire_of(path: str) -> Wire:
     return "generic"
 
 
-#: Bytes one of which every end event's type name on the wire contains; with
-#: ``track``, every error event's too (``end_markers``).
+#: Bytes one of which every end event's type name on the wire contains (``end_markers``).
 _END_MARKERS: Final[dict[Wire, tuple[bytes, ...]]] = {
     "responses": (b"complete",),  # response.completed, response.incomplete
     "messages": (b"message_stop",),
 }
-_ERROR_MARKERS: Final[dict[Wire, tuple[bytes, ...]]] = {
-    "responses": (b"error", b"failed"),  # error, response.failed
-    "messages": (b"error",),
-}
 
 
-def end_markers(wire: Wire, track: bool = False) -> tuple[bytes, ...]:
+def end_markers(wire: Wire) -> tuple[bytes, ...]:
     """Bytes one of which every event that ends a stream on ``wire`` contains.
 
     An end event's data starts with ``[DONE]`` (on every wire), or its type is
-    one of the wire's end types; with ``track`` (a resumable stream, which
-    also notes errors) an error type counts too. The type is in the event's
-    ``event`` field or its data's leading ``"type"``, as written, so a run of
-    events that contains none of these bytes holds no such event (``sse`` then
-    need not read it one by one); one that does may also hold them elsewhere,
-    in a text, and is read.
+    one of the wire's end types. The type is in the event's ``event`` field or
+    its data's leading ``"type"``, as written, so a run of events that contains
+    none of these bytes holds no such event (``sse`` then need not read it one
+    by one); one that does may also hold them elsewhere, in a text, and is read.
+    A tracked (resumable) stream never skips a run, so its errors need no marker.
     """
-    errors = _ERROR_MARKERS.get(wire, ()) if track else ()
-    return (b"[DONE]", *_END_MARKERS.get(wire, ()), *errors)
+    return (b"[DONE]", *_END_MARKERS.get(wire, ()))
 
 
 #: Whether a chunk holds a marker between two offsets.
@@ -179,9 +172,9 @@ def _end_finder(marker: bytes) -> EndFinder:
 
 
 @functools.cache  # one tuple per wire for every stream
-def end_finders(wire: Wire, track: bool) -> tuple[EndFinder, ...]:
-    """A C search for each of ``end_markers(wire, track)``, made once per wire."""
-    return tuple(_end_finder(marker) for marker in end_markers(wire, track))
+def end_finders(wire: Wire) -> tuple[EndFinder, ...]:
+    """A C search for each of ``end_markers(wire)``, made once per wire."""
+    return tuple(_end_finder(marker) for marker in end_markers(wire))
 
 
 # A Responses event's number, and the id of the response a lifecycle event
