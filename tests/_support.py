@@ -20,12 +20,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeVar
 from unittest import mock
 
+import anyio
 import httpx
 import openai
 
 import hermes_transport
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 from hermes_transport._core import sse
+from hermes_transport.testing import Scenario
 
 # One of each setting the factories must hand to the inner transport.
 CONNECTION_SETTINGS: list[dict[str, Any]] = [
@@ -142,6 +144,63 @@ class Endpoint:
 
     base_url: str
     verify: ssl.SSLContext | bool
+
+
+def read_responses(
+    mode: str,
+    base_url: str,
+    flavor: Flavor,
+    body: dict[str, Any],
+    api_key: str,
+    policy: StreamPolicy,
+    token: Interrupt | None,
+    *,
+    bound: bool = False,
+    seen: list[Any] | None = None,
+) -> BaseException | None:
+    """Read ``client.responses.create(stream=True, **body)`` to its end in ``mode``
+    (sync: openai.OpenAI; asyncio or trio: openai.AsyncOpenAI on that loop) over the
+    flavor's ``cron`` client, its events appended to ``seen``; the error that ended it
+    (``None``: it ended well). ``token`` is the client's interrupt or, with ``bound``,
+    bound to the call (``token.bind()``)."""
+    events = seen if seen is not None else []
+    factory: dict[str, Any] = {"policy": policy, "interrupt": None if bound else token}
+    sdk: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "max_retries": 0}
+    binding = token.bind() if bound and token is not None else contextlib.nullcontext()
+    if mode == "sync":
+        with openai.OpenAI(http_client=flavor.http_client_for("cron", **factory), **sdk) as client:
+            try:
+                with binding:
+                    for event in client.responses.create(stream=True, **body):
+                        events.append(event)
+            except Exception as exc:
+                return exc
+        return None
+    if mode == "trio" and OPENAI_MAJOR >= 2:
+        ignore_abandoned_async_generators()
+
+    async def main() -> BaseException | None:
+        http_client = flavor.async_http_client_for("cron", **factory)
+        async with openai.AsyncOpenAI(http_client=http_client, **sdk) as client:
+            try:
+                with binding:
+                    async for event in await client.responses.create(stream=True, **body):
+                        events.append(event)
+            except Exception as exc:
+                return exc
+        return None
+
+    result: BaseException | None = anyio.run(main, backend=mode)
+    return result
+
+
+def answered_in_turn(*answers: Scenario) -> Scenario:
+    """A scenario answering attempt n (0-based: creations and Responses resumes) like
+    ``answers[n]``, and every later attempt healthy."""
+    inner = answers[0]
+    for n in range(1, len(answers)):
+        inner = Scenario.stall_first(n, then=answers[n], stall=inner)
+    return Scenario.stall_first(len(answers), stall=inner)
 
 
 def interrupt_when(token: Interrupt, ready: Callable[[], bool], delay: float = 0.1) -> list[float]:

@@ -103,6 +103,8 @@ class BodyWatch:
         self._extensions: dict[str, Any] | None = None
         self._ending: BaseException | None = None  # what the caller is about to get
         self._cancelled = False  # a cancel was sent (or given up)
+        self._refusals = 0  # resumes the server refused
+        self._refused_status: int | None = None  # the status of a refusal given up on
         guard.stage = "first_event" if meter is not None else "body"
         if meter is None:
             # Not an event stream: it has answered, and its body is not watched

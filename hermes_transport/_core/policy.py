@@ -92,9 +92,11 @@ class StreamPolicy:
 
     ``cancel_on_interrupt``: whether an interrupt of a resumable stream whose
     response id is known also cancels that response on the server
-    (``POST /responses/{id}/cancel``, sent as the interrupted response is
-    closed, given at most ``CANCEL_TIMEOUT`` seconds), so that an abandoned
-    background turn stops running.
+    (``POST /responses/{id}/cancel``, given at most ``CANCEL_TIMEOUT`` seconds;
+    async sends it on a task of the caller's loop, after the caller has its
+    error; sync, having no other thread, before raising it), so that
+    an abandoned background turn stops running. A response the caller never
+    saw (given up before its first output) is cancelled whatever this says.
 
     ``budget_rules``: how a call's budgets follow what its request says
     (``BudgetRules``: the model, by pattern, with floors for reasoning-class

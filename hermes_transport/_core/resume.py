@@ -25,12 +25,14 @@ from .wires import Wire
 __all__ = [
     "CANCEL_TIMEOUT",
     "REFUSAL_LIMIT",
+    "RETRY_AFTER_LIMIT",
     "TAIL_LIMIT",
     "Resumable",
     "ResumeRefused",
     "WholeEvents",
     "refusal",
     "resumable_for",
+    "retry_after",
     "spliceable",
 ]
 
@@ -43,6 +45,9 @@ TAIL_LIMIT = 1024 * 1024
 CANCEL_TIMEOUT = 2.0
 #: Bytes of a refused resume's body read for the server's message.
 REFUSAL_LIMIT = 64 * 1024
+#: Seconds of a refused resume's ``Retry-After`` honoured before the next resume; a
+#: longer one is cut to this (the caller waits on its own thread meanwhile).
+RETRY_AFTER_LIMIT = 5.0
 
 # Headers that describe a request's body: the resume GET and the cancel carry none.
 _BODY_HEADERS = frozenset({b"content-length", b"content-type", b"transfer-encoding"})
@@ -57,13 +62,34 @@ class ResumeRefused(Exception):
     """The server answered a resume with something other than the rest of the stream.
 
     ``said`` is its status and message; ``error`` the ``HTTPStatusError`` for its
-    answer (the cause of the error the caller gets). Never shown itself.
+    answer (the cause of the error the caller gets); ``status`` its status code and
+    ``retry_after`` its ``Retry-After`` in seconds (``None``: none, or a date). Never
+    shown itself.
     """
 
-    def __init__(self, said: str, error: Exception) -> None:
+    def __init__(
+        self, said: str, error: Exception, status: int = 0, retry_after: float | None = None
+    ) -> None:
         super().__init__(said)
         self.said = said
         self.error = error
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """Whether the refusal may pass (408, 429, a 5xx): the stream is resumed again,
+        while resumes are left; a 404 or 400 (expired, cancelled, not background) is final."""
+        return self.status in (408, 429) or self.status >= 500
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds (``None`` for none, a date or nonsense)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 @dataclass(frozen=True)

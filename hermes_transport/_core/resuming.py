@@ -5,15 +5,17 @@ resumable stream (``BodyWatch._resumable``; see ``resume``) it passes up
 whole events only (``_pass``), decides after a stall, a dead connection or an
 early end whether to resume and with which request (``_resume_request``),
 takes a resume attempt over (``_adopt``), says what the caller gets when the
-stream could not be resumed (``_unresumed``) and which cancel an interrupt
-sends (``_cancel_request``). On any other stream none of this runs. No I/O:
-the streams in ``_transports`` send.
+stream could not be resumed (``_unresumed``), how long to wait before
+resuming again after a refusal that may pass (``_retry_wait``) and which
+cancel goes out at close (``_cancel_request``). On any other stream none of
+this runs. No I/O: the streams in ``_transports`` send.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import weakref
 from typing import Any
 
@@ -22,9 +24,17 @@ import httpx
 from .attempt import Attempt, GuardFired, ResumeFailed
 from .body import BodyWatch
 from .errors import StreamStalled
+from .exchange import BACKOFF_FIRST, BACKOFF_LIMIT
 from .guard import Guard
 from .progress import is_event_stream
-from .resume import TAIL_LIMIT, ResumeRefused, refusal, spliceable
+from .resume import (
+    RETRY_AFTER_LIMIT,
+    TAIL_LIMIT,
+    ResumeRefused,
+    refusal,
+    retry_after,
+    spliceable,
+)
 
 __all__ = ["ResumingWatch"]
 
@@ -128,11 +138,35 @@ class ResumingWatch(BodyWatch):
             return failure, failure.__cause__
         return mapped, None if isinstance(failure, GuardFired) else failure
 
+    def _retry_wait(self, refused: ResumeRefused) -> float | None:
+        """After ``refused``: the seconds to wait before resuming again, if the refusal
+        may pass (a 429, a 5xx) and a resume is left; ``None`` to give up on resuming."""
+        self._refusals += 1
+        call = self._exchange.call
+        if not refused.transient or call is None or call.resumes_left <= 0:
+            self._refused_status = refused.status
+            return None
+        self._guard.deadline = None  # nothing is awaited from this attempt any more
+        if refused.retry_after is not None:
+            wait = min(refused.retry_after, RETRY_AFTER_LIMIT)
+        else:
+            ceiling = min(BACKOFF_LIMIT, BACKOFF_FIRST * 2 ** (self._refusals - 1))
+            wait = random.uniform(ceiling / 2, ceiling)
+        logger.warning(
+            "%s %s: the resume was refused (%s); resuming again in %.2f s",
+            self._attempt.request.method,
+            self._attempt.url,
+            refused.said,
+            wait,
+        )
+        return wait
+
     def _unresumed(self, outcome: Consequence, refused: ResumeRefused | None) -> Any:
         """After the stream could not be resumed: ``outcome`` (of the latest attempt's
         failure) with the reason in its message, and a refused resume's ``HTTPStatusError``
         as its cause; ``False`` for ``None``, to end cleanly."""
-        note = f"; resume was tried and refused: {refused.said}" if refused else self._note
+        tried = f" {self._refusals} times" if self._refusals > 1 else ""
+        note = f"; resume was tried{tried} and refused: {refused.said}" if refused else self._note
         if outcome is None:
             if refused is not None:
                 logger.warning("the stream ended before its end event%s", note)
@@ -171,12 +205,25 @@ class ResumingWatch(BodyWatch):
         self._progressed()
 
     def _cancel_request(self) -> httpx.Request | None:
-        """At close: the cancel to send for an interrupted resumable stream (once), if any."""
+        """At close: the cancel to send (once), if any. For an interrupted resumable
+        stream (unless ``cancel_on_interrupt=False``), and for one given up before the
+        caller had any of it, a stall's victim re-sent or failed: nobody else knows its
+        id, and it would run on unread (unless the server said it knows no such id)."""
         resumable, meter, guard = self._resumable, self._meter, self._guard
-        if self._cancelled or resumable is None or meter is None or guard.fired != "interrupted":
+        if self._cancelled or resumable is None or meter is None or meter.finished:
             return None
         response_id = meter.response_id or resumable.response_id
-        if response_id is None or meter.finished or not self._exchange.policy.cancel_on_interrupt:
+        if response_id is None:
+            return None
+        if guard.fired == "interrupted":
+            if not self._exchange.policy.cancel_on_interrupt:
+                return None
+        elif (
+            self._handed
+            or meter.error is not None
+            or self._refused_status == 404
+            or (guard.fired != "stalled" and self._refused_status is None)
+        ):
             return None
         self._cancelled = True
         return resumable.cancel_request(response_id)
@@ -201,7 +248,8 @@ class ResumingWatch(BodyWatch):
             kind = response.headers.get("content-type", "no content type")
             said = f"{said} with {kind} ({response.headers.get('content-encoding', 'identity')})"
         error = http.HTTPStatusError(f"resume refused: {said}", request=request, response=shown)
-        return ResumeRefused(said, error)
+        wait = retry_after(response.headers.get("retry-after"))
+        return ResumeRefused(said, error, response.status_code, wait)
 
 
 def _noted(error: BaseException, note: str, request_error: type[Exception]) -> BaseException:

@@ -10,7 +10,10 @@ watcher expires what is overdue and sets it again.
   sleeps in a cancel scope whose deadline is the alarm.
 
 Everything here runs on the loop's thread, except ``call_soon_threadsafe``,
-which is how a kill from another thread reaches the loop.
+which is how a kill from another thread reaches the loop. ``spawn`` runs
+work the caller must not wait for (a cancel after an interrupt) as a task of
+the same loop: asyncio's ``create_task`` (held until done), trio's system
+nursery. No thread either way.
 
 Invariant: as in ``watchdog``, nothing is expired before
 ``monotonic() >= target.deadline``. Every timer is set at most ``MAX_WAIT``
@@ -25,7 +28,7 @@ import logging
 import math
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from .._core.clock import monotonic
@@ -43,6 +46,8 @@ class _Alarm(Protocol):
     def cancel(self) -> None: ...
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None: ...
+
+    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None: ...
 
 
 class LoopWatchdog:
@@ -88,6 +93,18 @@ class LoopWatchdog:
         """Run ``callback`` on the loop soon; from any thread. Dropped if the loop is gone."""
         self._alarm.call_soon_threadsafe(callback)
 
+    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run ``work()`` as a task of this loop, now, on the loop's thread; not awaited.
+        ``work`` must not raise: an error it lets out is logged (trio's run would crash)."""
+
+        async def run() -> None:
+            try:
+                await work()
+            except Exception:
+                logger.exception("watchdog: %s failed", name)
+
+        self._alarm.spawn(run, name)
+
     def _set_alarm(self, when: float) -> None:
         self._alarm_at = when
         self._alarm.set(when)
@@ -119,6 +136,8 @@ class _AsyncioAlarm:
         self._loop = weakref.ref(loop)
         self._ring = ring
         self._handle: asyncio.TimerHandle | None = None
+        # Spawned tasks, held until done: the loop itself holds its tasks weakly.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def set(self, when: float) -> None:
         loop = self._loop()
@@ -152,6 +171,18 @@ class _AsyncioAlarm:
             with contextlib.suppress(RuntimeError):  # closed: nothing left to stop
                 loop.call_soon_threadsafe(callback)
 
+    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+        loop = self._loop()
+        if loop is None:
+            return
+        task: asyncio.Task[None] = loop.create_task(_awaited(work), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _awaited(work: Callable[[], Awaitable[None]]) -> None:
+    await work()
+
 
 class _TrioAlarm:
     """The alarm as the deadline of a cancel scope a system task sleeps in."""
@@ -183,6 +214,11 @@ class _TrioAlarm:
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
         with contextlib.suppress(self._trio.RunFinishedError):
             self._token.run_sync_soon(callback)
+
+    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+        # A system task: trio's only nursery that outlives the caller's task. Cancelled
+        # when the run's main task ends, as asyncio.run() cancels what is left.
+        self._trio.lowlevel.spawn_system_task(work, name=name)
 
     async def _run(self) -> None:
         trio = self._trio

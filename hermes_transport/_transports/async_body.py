@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from .._core.attempt import Attempt, shown_cause
+from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.clock import monotonic
 from .._core.exchange import Exchange
 from .._core.guard import Guard
@@ -22,7 +22,7 @@ from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
 from .._core.resuming import ResumingWatch
 from .._io.backend import Tracked
 from .._io.loop_watchdog import LoopWatchdog
-from .async_send import AsyncSend
+from .async_send import AsyncSend, Detached, apause
 
 __all__ = ["READ_AFTER_KILL_LIMIT", "AsyncWatchedStream"]
 
@@ -52,6 +52,7 @@ class AsyncWatchedStream(ResumingWatch):
         send: AsyncSend,
         sockets_reachable: bool,
         watcher: LoopWatchdog,
+        detached: Detached,
         *,
         drains: bool,
     ) -> None:
@@ -61,6 +62,7 @@ class AsyncWatchedStream(ResumingWatch):
         self._send = send
         self._sockets_reachable = sockets_reachable
         self._watcher = watcher
+        self._detached = detached
         # Whether a kill shuts this body's socket down. Then bytes that arrive
         # after it are read to the end of the body (at most the socket buffer)
         # instead of abandoning the inner async generators mid-body: httpcore
@@ -190,19 +192,27 @@ class AsyncWatchedStream(ResumingWatch):
 
     async def _resume_or_fail(self, failure: BaseException | None) -> Any:
         """Resume after ``failure`` (``None``: the body ended early), as often as the
-        budget allows: ``None`` once resumed, else ``_unresumed``'s answer (``False``: end
-        cleanly) for the first failure if a resume was refused, else for the latest."""
+        budget allows, waiting a little after a refusal that may pass: ``None`` once
+        resumed, else ``_unresumed``'s answer (``False``: end cleanly) for the first
+        failure if the last resume was refused, else for the latest."""
         first = outcome = self._outcome(failure)
+        refused: ResumeRefused | None = None
         while (request := self._resume_request()) is not None:
             try:
                 await self._reopen(request)
             except self._attempt.dead as exc:
-                outcome = self._outcome(exc)  # the resume died too: it may be resumed again
+                outcome, refused = self._outcome(exc), None  # it may be resumed again
                 continue
             except ResumeRefused as exc:
-                return self._unresumed(first, exc)  # the stall the caller had, and why
+                refused, wait = exc, self._retry_wait(exc)
+                if wait is None:
+                    break
+                await apause(wait, self._exchange.tokens, self._watcher)
+                continue
             return None
-        return self._unresumed(outcome, None)
+        if self._guard.fired == "interrupted":  # while a resume was under way, or awaited
+            return self._unresumed(self._outcome(GuardFired()), None)
+        return self._unresumed(first if refused else outcome, refused)
 
     async def _reopen(self, request: Any) -> None:
         """Send the resume ``request`` and read on from its stream (raises if it failed)."""
@@ -255,6 +265,10 @@ class AsyncWatchedStream(ResumingWatch):
         await self._aclose()
 
     async def _aclose(self) -> None:
+        """Let go of the body and its connection, report how it ended, and start any
+        cancel (once): on a task of its own, so that nobody waits for it."""
+        if self._closed:
+            return
         self._closed = True
         if self._start_drain():
             await self._drain()
@@ -269,9 +283,11 @@ class AsyncWatchedStream(ResumingWatch):
                 await self._inner.aclose()
             finally:
                 try:
-                    await self._cancel()
-                finally:
                     self._report()
+                finally:
+                    request = self._cancel_request()
+                    if request is not None:
+                        self._detached.start(self._watcher, lambda: self._cancel(request))
 
     async def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.
@@ -280,12 +296,9 @@ class AsyncWatchedStream(ResumingWatch):
                 if not self._drained(chunk):
                     return
 
-    async def _cancel(self) -> None:
-        """After an interrupt: cancel the response on the server, within ``CANCEL_TIMEOUT``
-        seconds; never raises (a cancel that fails is logged)."""
-        request = self._cancel_request()
-        if request is None:
-            return
+    async def _cancel(self, request: Any) -> None:
+        """Cancel the response on the server, within ``CANCEL_TIMEOUT`` seconds; never
+        raises (a cancel that fails is logged, and so is one the loop's end cut short)."""
         guard = Guard("connecting")
         guard.deadline = monotonic() + CANCEL_TIMEOUT
         try:
@@ -296,6 +309,9 @@ class AsyncWatchedStream(ResumingWatch):
                 await response.aclose()
         except Exception as exc:
             logger.warning("cancelling %s failed: %r", request.url.path, exc)
+        except BaseException:
+            logger.warning("cancelling %s given up: its event loop is ending", request.url.path)
+            raise
         else:
             logger.info("cancelled %s: %d", request.url.path, response.status_code)
         finally:

@@ -3,23 +3,28 @@
 Owns how an async attempt is stopped before it has a socket: its send runs in
 a cancel scope, and a guard's kill (from any thread) cancels it on the loop
 (``CancelAttempt``). The shell sends its attempts this way, and the watched
-stream its resumes and cancels.
+stream its resumes and cancels. Also how a shell waits before sending again
+(``apause``), and the work of a transport nobody waits for, a cancel after an
+interrupt (``Detached``): a task on the caller's loop, which the transport's
+close waits for.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
 
 from .._core.attempt import GuardFired
 from .._core.guard import Guard, current_guard
+from .._core.interrupt import Interrupt
+from .._core.resume import CANCEL_TIMEOUT
 from .._io.backend import reach_untracked
 from .._io.loop_watchdog import LoopWatchdog
 
-__all__ = ["AsyncSend", "CancelAttempt", "cancellable", "sent"]
+__all__ = ["AsyncSend", "CancelAttempt", "Detached", "apause", "cancellable", "sent"]
 
 
 class CancelAttempt:
@@ -85,3 +90,51 @@ async def sent(
     if untracked:
         reach_untracked(response, guard)
     return response
+
+
+async def apause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatchdog) -> None:
+    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (from any
+    thread; the next attempt then fails at once, sending nothing)."""
+    woken = anyio.Event()
+    removers = [
+        token._add_listener(lambda _reason: watcher.call_soon_threadsafe(woken.set))
+        for token in tokens
+    ]
+    try:
+        with anyio.move_on_after(seconds):
+            await woken.wait()
+    finally:
+        for remove in removers:
+            remove()
+
+
+class Detached:
+    """One transport's work that its caller does not wait for (a cancel after an
+    interrupt): each piece a task on the loop that started it (``LoopWatchdog.spawn``),
+    no thread. ``wait()`` (the transport's close) waits for what is still running, at
+    most ``CANCEL_TIMEOUT`` seconds and a little: each piece bounds itself too.
+    """
+
+    def __init__(self) -> None:
+        self._running: set[anyio.Event] = set()
+
+    def start(self, watcher: LoopWatchdog, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work()`` (which never raises) on ``watcher``'s loop, from now on."""
+        done = anyio.Event()
+        self._running.add(done)
+
+        async def tracked() -> None:
+            try:
+                await work()
+            finally:
+                done.set()
+                self._running.discard(done)
+
+        watcher.spawn(tracked, "hermes-transport-cancel")
+
+    async def wait(self) -> None:
+        """Wait for the work still running (on this loop)."""
+        with anyio.move_on_after(CANCEL_TIMEOUT + 1.0):
+            for done in list(self._running):
+                with contextlib.suppress(RuntimeError):  # an event of another loop
+                    await done.wait()

@@ -15,11 +15,8 @@ The public classes (``_flavors``) only name their HTTP library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
-
-import anyio
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.body import rebuilt
@@ -33,26 +30,10 @@ from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 from .async_body import AsyncWatchedStream
-from .async_send import cancellable, sent
+from .async_send import Detached, apause, cancellable, sent
 from .shell import Shell
 
 __all__ = ["AsyncShell"]
-
-
-async def _pause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatchdog) -> None:
-    """Wait ``seconds`` before a re-send, or until one of ``tokens`` fires (from any
-    thread; the next attempt then fails at once, sending nothing)."""
-    woken = anyio.Event()
-    removers = [
-        token._add_listener(lambda _reason: watcher.call_soon_threadsafe(woken.set))
-        for token in tokens
-    ]
-    try:
-        with anyio.move_on_after(seconds):
-            await woken.wait()
-    finally:
-        for remove in removers:
-            remove()
 
 
 class AsyncInner(Protocol):
@@ -91,6 +72,7 @@ class AsyncShell(Shell[_AsyncInner]):
             flavor.core.AsyncConnectionPool,
             AsyncTrackingBackend,
         )
+        self._detached = Detached()
 
     async def _handle(self, request: Any) -> Any:
         flavor = self._flavor
@@ -112,7 +94,7 @@ class AsyncShell(Shell[_AsyncInner]):
                 error = exchange.failed(exc)
                 if error is None:
                     if exchange.backoff:
-                        await _pause(exchange.backoff, exchange.tokens, watcher)
+                        await apause(exchange.backoff, exchange.tokens, watcher)
                     continue
                 exchange.gave_up(error)
                 if error is exc:
@@ -163,6 +145,7 @@ class AsyncShell(Shell[_AsyncInner]):
                         ),
                         self._sockets_reachable,
                         watcher,
+                        self._detached,
                         drains=isinstance(response.extensions.get("network_stream"), Tracked),
                     )
                 except BaseException:
@@ -182,6 +165,7 @@ class AsyncShell(Shell[_AsyncInner]):
         return rebuilt(response, stream)
 
     async def aclose(self) -> None:
+        await self._detached.wait()  # cancels still under way, before the pool shuts
         await self._inner.aclose()
 
     # A client enters and exits its transport (httpx's own pool opens and shuts
@@ -198,6 +182,7 @@ class AsyncShell(Shell[_AsyncInner]):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
+        await self._detached.wait()
         exit_ = getattr(self._inner, "__aexit__", None)
         if exit_ is not None:
             await exit_(exc_type, exc_value, traceback)

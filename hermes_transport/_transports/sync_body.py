@@ -3,26 +3,34 @@
 Owns the sync reads of one response body (and of the resumes that continue
 it, and the cancel sent after an interrupt), on the caller's thread; the
 decisions are ``ResumingWatch``'s (``_core``). The shell (``sync_shell``) builds it
-and hands it the one way it sends a request (``send``).
+and hands it the one way it sends a request (``send``). Also ``pause``, how a
+caller's thread waits before sending again (a re-send, a resume after a refusal).
+
+The cancel an interrupt calls for goes out on this thread, the only one there is
+to send it on, before the error is raised: from the read that the interrupt broke
+or, before the first output, as the shell closes the held body. No later moment
+on this thread is sure to come (openai 1.x never closes a stream that raised).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
-from .._core.attempt import Attempt, shown_cause
+from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.clock import monotonic
 from .._core.exchange import Exchange
 from .._core.guard import Guard
+from .._core.interrupt import Interrupt
 from .._core.progress import ProgressMeter
 from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
 from .._core.resuming import ResumingWatch
 from .._io.watchdog import watchdog
 
-__all__ = ["Send", "WatchedStream"]
+__all__ = ["Send", "WatchedStream", "pause"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -161,19 +169,27 @@ class WatchedStream(ResumingWatch):
 
     def _resume_or_fail(self, failure: BaseException | None) -> Any:
         """Resume after ``failure`` (``None``: the body ended early), as often as the
-        budget allows: ``None`` once resumed, else ``_unresumed``'s answer (``False``: end
-        cleanly) for the first failure if a resume was refused, else for the latest."""
+        budget allows, waiting a little after a refusal that may pass: ``None`` once
+        resumed, else ``_unresumed``'s answer (``False``: end cleanly) for the first
+        failure if the last resume was refused, else for the latest."""
         first = outcome = self._outcome(failure)
+        refused: ResumeRefused | None = None
         while (request := self._resume_request()) is not None:
             try:
                 self._reopen(request)
             except self._attempt.dead as exc:
-                outcome = self._outcome(exc)  # the resume died too: it may be resumed again
+                outcome, refused = self._outcome(exc), None  # it may be resumed again
                 continue
             except ResumeRefused as exc:
-                return self._unresumed(first, exc)  # the stall the caller had, and why
+                refused, wait = exc, self._retry_wait(exc)
+                if wait is None:
+                    break
+                pause(wait, self._exchange.tokens)
+                continue
             return None
-        return self._unresumed(outcome, None)
+        if self._guard.fired == "interrupted":  # while a resume was under way, or awaited
+            return self._unresumed(self._outcome(GuardFired()), None)
+        return self._unresumed(first if refused else outcome, refused)
 
     def _reopen(self, request: Any) -> None:
         """Send the resume ``request`` and read on from its stream (raises if it failed)."""
@@ -223,6 +239,18 @@ class WatchedStream(ResumingWatch):
         self._close()
 
     def _close(self) -> None:
+        """Release the body, then send the cancel an interrupt calls for, if any: what
+        ``close()`` does, and a read that fails before it raises (nothing is sure to
+        close the body after: openai 1.x does not)."""
+        try:
+            self._release()
+        finally:
+            self._cancel()
+
+    def _release(self) -> None:
+        """Let go of the body and its connection, and report how it ended (once)."""
+        if self._closed:
+            return
         self._closed = True
         if self._start_drain():
             self._drain()
@@ -235,10 +263,7 @@ class WatchedStream(ResumingWatch):
             try:
                 self._inner.close()
             finally:
-                try:
-                    self._cancel()
-                finally:
-                    self._report()
+                self._report()
 
     def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.
@@ -268,6 +293,18 @@ class WatchedStream(ResumingWatch):
             logger.info("cancelled %s: %d", request.url.path, response.status_code)
         finally:
             guard.close()
+
+
+def pause(seconds: float, tokens: Sequence[Interrupt]) -> None:
+    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (the next
+    attempt then fails at once, sending nothing)."""
+    woken = threading.Event()
+    removers = [token._add_listener(lambda _reason: woken.set()) for token in tokens]
+    try:
+        woken.wait(seconds)
+    finally:
+        for remove in removers:
+            remove()
 
 
 def _close_iterator(chunks: Iterator[bytes]) -> None:

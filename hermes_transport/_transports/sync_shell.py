@@ -9,8 +9,6 @@ watchdog. The public classes (``_flavors``) only name their HTTP library.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -25,21 +23,9 @@ from .._core.stats import StatsCallback
 from .._io.backend import TrackingBackend, reach_untracked
 from .._io.watchdog import watchdog
 from .shell import Shell
-from .sync_body import WatchedStream
+from .sync_body import WatchedStream, pause
 
 __all__ = ["SyncShell"]
-
-
-def _pause(seconds: float, tokens: Sequence[Interrupt]) -> None:
-    """Wait ``seconds`` before a re-send, or until one of ``tokens`` fires (the next
-    attempt then fails at once, sending nothing)."""
-    woken = threading.Event()
-    removers = [token._add_listener(lambda _reason: woken.set()) for token in tokens]
-    try:
-        woken.wait(seconds)
-    finally:
-        for remove in removers:
-            remove()
 
 
 class SyncInner(Protocol):
@@ -96,7 +82,7 @@ class SyncShell(Shell[_SyncInner]):
                 error = exchange.failed(exc)
                 if error is None:
                     if exchange.backoff:
-                        _pause(exchange.backoff, exchange.tokens)
+                        pause(exchange.backoff, exchange.tokens)
                     continue
                 exchange.gave_up(error)
                 if error is exc:

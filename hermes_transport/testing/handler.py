@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import struct
+import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler
@@ -172,7 +173,11 @@ class Handler(BaseHTTPRequestHandler):
         store = self.server.fault._responses
         stored = store.get(response_id)
         if action == "cancel":
-            self._send_json(*cancel_answer(store, response_id), Scenario())
+            answer = cancel_answer(store, response_id)
+            delay = self.server.fault._cancel_delay
+            if delay and self.server.fault._stopping.wait(min(delay, threading.TIMEOUT_MAX)):
+                raise _Abort
+            self._send_json(*answer, Scenario())
         elif stored is None:
             self._send_json(*not_found(response_id), Scenario())
         else:
@@ -196,7 +201,7 @@ class Handler(BaseHTTPRequestHandler):
         stopping = self.server.fault._stopping
         limit = len(wire)
         cuts = (scenario.stall_after_events, scenario.truncate_after_events)
-        for cut in (*cuts, scenario.drop_after_events):
+        for cut in (*cuts, scenario.drop_after_events, scenario.end_after_events):
             limit = min(limit, cut) if cut is not None else limit
         if scenario.error_event is not None:  # the error stands in for at least the last event
             limit = error_cut(scenario.error_after_events, len(wire))
@@ -297,6 +302,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if scenario.gzip:
             self.send_header("Content-Encoding", "gzip")
+        if status != 200 and scenario.retry_after is not None:
+            self.send_header("Retry-After", f"{scenario.retry_after:g}")
         self.sent.headers(status)
         self.end_headers()
         _Body(self, scenario, chunked=False).send(data)

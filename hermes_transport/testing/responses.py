@@ -199,8 +199,21 @@ def _background(request: RecordedRequest) -> bool:
     return isinstance(request.json, dict) and request.json.get("background") is True
 
 
-def _numbered(events: list[_Event], first: int = 0) -> list[_Event]:
-    return [{**event, "sequence_number": first + i} for i, event in enumerate(events)]
+def _numbered(events: list[_Event], free_at: int = 0, free: int = 0) -> list[_Event]:
+    """``events`` numbered from 0, ``free`` numbers skipped before the one at ``free_at``
+    (for keepalives to take)."""
+    return [
+        {**event, "sequence_number": i + (free if i >= free_at else 0)}
+        for i, event in enumerate(events)
+    ]
+
+
+def _think_seq(kept: list[_Event], think_at: int) -> int:
+    """The number of the first output event (``think_at``'s), or past the last one."""
+    if think_at < len(kept):
+        number: int = kept[think_at]["sequence_number"]
+        return number
+    return kept[-1]["sequence_number"] + 1 if kept else 0
 
 
 def responses_completion(
@@ -208,9 +221,11 @@ def responses_completion(
 ) -> dict[str, Any]:
     """A complete, non-streamed Response, kept in ``store`` (with its stream if background)."""
     events, think_at, done, _ = _generated(scenario, request, n)
-    background = _background(request)
-    kept = _numbered(events) if background else None
-    store.put(StoredResponse(done, kept, think_at, background=background))
+    if not _background(request):
+        store.put(StoredResponse(done))
+        return done
+    kept = _numbered(events, think_at, scenario.keepalive_numbers)
+    store.put(StoredResponse(done, kept, _think_seq(kept, think_at), background=True))
     return done
 
 
@@ -228,14 +243,15 @@ def responses_stream(
     if not _background(request):
         store.put(StoredResponse(done if scenario.error_event is None else failed))
         return ResponsesStream(events, scenario, think_at=think_at, error=error)
-    numbered = _numbered(events)
+    numbered = _numbered(events, think_at, scenario.keepalive_numbers)
     if scenario.error_event is None:
-        kept, error_seq = numbered, len(numbered)
+        kept, error_seq = numbered, numbered[-1]["sequence_number"] + 1
     else:
-        error_seq = error_cut(scenario.error_after_events, len(events))
-        kept = [*numbered[:error_seq], {**error, "sequence_number": error_seq}]
+        cut = error_cut(scenario.error_after_events, len(events))
+        error_seq = numbered[cut]["sequence_number"]
+        kept = [*numbered[:cut], {**error, "sequence_number": error_seq}]
     final = done if scenario.error_event is None else failed
-    store.put(StoredResponse(final, kept, think_at, background=True))
+    store.put(StoredResponse(final, kept, _think_seq(numbered, think_at), background=True))
     return ResponsesStream(
         numbered, scenario, think_at=think_at, error=error, fixed=(-1, error_seq)
     )
@@ -246,10 +262,11 @@ class ResponsesStream(WireStream):
 
     Live outside background mode, every event, keepalive and error takes the next number
     from 0. With ``fixed=(last, error_seq)`` (a background stream, live or resumed), the
-    events carry the numbers they were kept with, a keepalive repeats the number of the
-    event before it (``last`` before any), and the error takes ``error_seq``, so that the
-    kept numbering never shifts and ``starting_after`` the last number a client saw
-    resumes exactly after it.
+    events carry the numbers they were kept with, a keepalive takes the next number if no
+    kept event has it (``keepalive_numbers`` left it free) and else repeats the number
+    before it (``last`` before any), and the error takes ``error_seq``, so that the kept
+    numbering never shifts and ``starting_after`` the last number a client saw resumes
+    exactly after it.
     """
 
     def __init__(
@@ -287,6 +304,11 @@ class ResponsesStream(WireStream):
         seq = self._last
         if self._fixed is None:
             seq, self._next = self._next, self._next + 1
+        else:
+            pending = self._pending
+            coming = pending[self._next]["sequence_number"] if self._next < len(pending) else None
+            if coming is not None and seq + 1 < coming:  # a number left free for keepalives
+                seq = self._last = seq + 1
         return self._encode({"type": "keepalive"}, seq)
 
     def error(self) -> bytes:

@@ -46,7 +46,7 @@ _ERROR_MESSAGE = "The server had an error while processing your request."
 _NON_NEGATIVE: tuple[str, ...] = ("hold", "byte_delay", "event_interval", "json_delay")
 _NON_NEGATIVE += ("stall_attempts", "stall_after_events", "truncate_after_events")
 _NON_NEGATIVE += ("linger_after_done", "write_size", "think", "error_after_events")
-_NON_NEGATIVE += ("drop_after_events",)
+_NON_NEGATIVE += ("drop_after_events", "end_after_events", "keepalive_numbers", "retry_after")
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Scenario:
     :data:`TOOL_CALL_NAME` call with its arguments split across events; ``finish_reason``
     (Chat Completions and Messages only) defaults to ``"tool_calls"`` or ``"stop"``;
     ``usage`` adds a usage object. A ``status`` other than 200 answers with the wire's
-    error JSON and ``message``.
+    error JSON and ``message``, and a ``Retry-After: retry_after`` header if set.
 
     Faults, at most one: ``stall_before_headers`` sends nothing at all;
     ``stall_after_events`` sends that many events, then nothing, or only the wire's
@@ -115,7 +115,9 @@ class Scenario:
     ``error_as_response_failed`` a ``response.failed``); ``drop_after_events`` sends that
     many events (with ``drop_mid_event``, the first half of the next one's bytes too), then,
     after 50 ms for those bytes to arrive, resets the connection (``SO_LINGER`` 0 and
-    close: the client reads a connection reset mid-body, not a clean end). A stall ends,
+    close: the client reads a connection reset mid-body, not a clean end);
+    ``end_after_events`` sends that many events, then ends the body cleanly, as a proxy
+    that cuts a long response short does. A stall ends,
     and the connection closes, after ``hold`` seconds. The first ``stall_attempts``
     requests that count as attempts (see :class:`RecordedRequest`; Responses resumes
     count) are answered by ``stall_scenario`` instead (default:
@@ -130,7 +132,10 @@ class Scenario:
     ``response.in_progress`` (and ``response.queued``), ``response.output_item.added``
     and ``response.content_part.added``), with the wire's keepalive every
     ``keepalive_interval`` seconds meanwhile if set. It combines with every fault that
-    lets the stream reach that point.
+    lets the stream reach that point. A background Responses stream's keepalives repeat
+    the number of the event before them, unless ``keepalive_numbers`` leaves that many
+    numbers free before the first output event (the kept events skip them): keepalives
+    then take those, as the real API's consume numbers, until they are used up.
 
     Delivery: ``byte_by_byte`` writes each body byte as its own chunk, ``byte_delay`` apart;
     ``event_interval`` pauses between events; ``json_delay`` pauses before a
@@ -168,6 +173,9 @@ class Scenario:
     error_as_response_failed: bool = False
     drop_after_events: int | None = None
     drop_mid_event: bool = False
+    end_after_events: int | None = None
+    keepalive_numbers: int = 0
+    retry_after: float | None = None
 
     def __post_init__(self) -> None:
         content: object = self.content
@@ -188,6 +196,7 @@ class Scenario:
             "truncate_after_events": self.truncate_after_events is not None,
             "error_event": self.error_event is not None,
             "drop_after_events": self.drop_after_events is not None,
+            "end_after_events": self.end_after_events is not None,
         }
         faults = [name for name, on in fault_fields.items() if on]
         if len(faults) > 1:

@@ -48,7 +48,10 @@ class FaultServer:
     connection's own thread, so a client stalling it blocks nothing else). It keeps every
     Responses response it answered, for retrieval, until it is dropped; a background one
     can be resumed for ``resume_window`` seconds after its creation (the real API's five
-    minutes by default; any number > 0, ``math.inf`` for ever), and cancelled.
+    minutes by default; any number > 0, ``math.inf`` for ever), and cancelled. A cancel
+    takes effect as it arrives, and is answered ``cancel_delay`` seconds later (0 by default;
+    ``math.inf``: never, until the server stops), to test a client that must not wait
+    for it.
     """
 
     def __init__(
@@ -59,11 +62,16 @@ class FaultServer:
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         resume_window: float = 300.0,
+        cancel_delay: float = 0.0,
     ) -> None:
         window: object = resume_window
         if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
             raise ValueError(f"FaultServer resume_window must be a number > 0, got {window!r}")
+        delay: object = cancel_delay
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ValueError(f"FaultServer cancel_delay must be a number >= 0, got {delay!r}")
         self._resume_window = float(resume_window)
+        self._cancel_delay = float(cancel_delay)
         self._scenario = scenario if scenario is not None else Scenario()
         self._address = (host, port)
         self._ssl_context = ssl_context
@@ -105,6 +113,11 @@ class FaultServer:
     def resume_window(self) -> float:
         """Seconds after its creation during which a background response can be resumed."""
         return self._resume_window
+
+    @property
+    def cancel_delay(self) -> float:
+        """Seconds between a cancel's arrival (when it takes effect) and its answer."""
+        return self._cancel_delay
 
     @property
     def port(self) -> int:

@@ -4,11 +4,13 @@ Each test reads ``client.responses.create(stream=True, background=True)``
 through the real openai SDK (sync, and async on asyncio and trio) over a
 watchdog client bound to an ``Interrupt`` on loopback. An interrupt once the
 response id is known sends one ``POST /v1/responses/{id}/cancel`` with the
-request's own credentials before ``StreamInterrupted`` reaches the caller;
+request's own credentials (sync: as the stream is closed, which the SDK does
+as the error passes; async: on a task, by the time the client is closed);
 without an id, with ``cancel_on_interrupt=False``, on a stream that is not
-background, or on a stall, nothing is cancelled. A cancel that never answers
-is given up after ``CANCEL_TIMEOUT`` seconds, and the caller still gets
-``StreamInterrupted``.
+background, or on a stall after the first output, nothing is cancelled. A
+cancel that never answers is given up after ``CANCEL_TIMEOUT`` seconds, and
+the caller still gets ``StreamInterrupted``. (When the cancel goes out, and
+on which thread: ``test_resume_cancel_order``.)
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import anyio
 import httpx
 import openai
 import pytest
@@ -36,8 +37,8 @@ from _support import (
     SDK_FLAVORS,
     Flavor,
     assert_prompt,
-    ignore_abandoned_async_generators,
     interrupt_when,
+    read_responses,
 )
 
 API_KEY = "sk-resume-cancel"
@@ -69,39 +70,11 @@ def _run(
     bound: bool = False,
     seen: list[Any] | None = None,
 ) -> BaseException | None:
-    """Read one Responses stream to its end in ``mode``, its events appended to ``seen``;
-    the error that ended it (``None``: it ended well). The token binds the client (the
-    factory's ``interrupt``) or, with ``bound``, the call (``token.bind()``)."""
-    events = seen if seen is not None else []
+    """Read one Responses stream to its end in ``mode`` (see ``read_responses``)."""
     body = {**REQUEST, "background": True} if background else REQUEST
-    factory: dict[str, Any] = {"policy": policy, "interrupt": None if bound else token}
-    sdk: dict[str, Any] = {"base_url": base_url, "api_key": API_KEY, "max_retries": 0}
-    binding = token.bind() if bound else contextlib.nullcontext()
-    if mode == "sync":
-        with openai.OpenAI(http_client=flavor.http_client_for("cron", **factory), **sdk) as client:
-            try:
-                with binding:
-                    for event in client.responses.create(stream=True, **body):
-                        events.append(event)
-            except Exception as exc:
-                return exc
-        return None
-    if mode == "trio" and OPENAI_MAJOR >= 2:
-        ignore_abandoned_async_generators()
-
-    async def main() -> BaseException | None:
-        http_client = flavor.async_http_client_for("cron", **factory)
-        async with openai.AsyncOpenAI(http_client=http_client, **sdk) as client:
-            try:
-                with binding:
-                    async for event in await client.responses.create(stream=True, **body):
-                        events.append(event)
-            except Exception as exc:
-                return exc
-        return None
-
-    result: BaseException | None = anyio.run(main, backend=mode)
-    return result
+    return read_responses(
+        mode, base_url, flavor, body, API_KEY, policy, token, bound=bound, seen=seen
+    )
 
 
 def _interrupt(error: BaseException | None) -> StreamInterrupted:
@@ -162,7 +135,7 @@ def test_an_interrupt_after_the_first_output_cancels_the_response_once(
     assert (error.reason, error.stage) == ("user pressed stop", "mid_stream")
     assert [event.sequence_number for event in seen] == list(range(TO_FIRST_OUTPUT))
     response_id = seen[0].response.id
-    cancels = _cancels(server.requests)  # sent before the interrupt was raised
+    cancels = _cancels(server.requests)  # sent by the time the client was closed
     assert [r.path for r in cancels] == [f"{RESPONSES_PATH}/{response_id}/cancel"]
     assert cancels[0].headers["authorization"] == f"Bearer {API_KEY}"
     assert _without_body(cancels[0].headers) == _without_body(server.requests[0].headers)

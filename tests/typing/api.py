@@ -345,6 +345,9 @@ def fault_server() -> None:
     assert_type(Scenario.healthy(), Scenario)
     assert_type(Scenario.error(503), Scenario)
     assert_type(FaultServer().start(), FaultServer)
+    assert_type(FaultServer(resume_window=1.0, cancel_delay=0.5).cancel_delay, float)
+    assert_type(Scenario(end_after_events=3, keepalive_numbers=2, retry_after=1.5), Scenario)
 
     FaultServer("healthy")  # type: ignore[arg-type]
+    FaultServer(cancel_delay="1")  # type: ignore[arg-type]
     server.requests.append("GET /")  # type: ignore[arg-type]
