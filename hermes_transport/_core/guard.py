@@ -242,6 +242,18 @@ class Guard:
         """Another thread or task closed the response while its body is being read."""
         self._fire("closed", "the response was closed while its body was being read")
 
+    def let_go(self) -> None:
+        """Forget the connection and the deadline, staying open: the attempt is over (its
+        connection may go back to the pool) but its caller is not, so an interrupt or a
+        close from afar still fires the guard, reaching no socket."""
+        with self._lock:
+            self._conn = None
+            self._fallback = None
+            self.deadline = None
+            deferred, self._deferred_close = self._deferred_close, None
+        if deferred is not None:
+            deferred.finish_close()
+
     def close(self) -> None:
         """Disarm for good: no deadline, no connection, no more firing."""
         with self._lock:

@@ -95,8 +95,9 @@ class StreamPolicy:
     (``POST /responses/{id}/cancel``, given at most ``CANCEL_TIMEOUT`` seconds;
     async sends it on a task of the caller's loop, after the caller has its
     error; sync, having no other thread, before raising it), so that
-    an abandoned background turn stops running. A response the caller never
-    saw (given up before its first output) is cancelled whatever this says.
+    an abandoned background turn stops running. This governs interrupts only:
+    a creation given up after a stall before the caller saw any of it is
+    cancelled whatever this says.
 
     ``budget_rules``: how a call's budgets follow what its request says
     (``BudgetRules``: the model, by pattern, with floors for reasoning-class

@@ -146,7 +146,6 @@ class ResumingWatch(BodyWatch):
         if not refused.transient or call is None or call.resumes_left <= 0:
             self._refused_status = refused.status
             return None
-        self._guard.deadline = None  # nothing is awaited from this attempt any more
         if refused.retry_after is not None:
             wait = min(refused.retry_after, RETRY_AFTER_LIMIT)
         else:
@@ -206,9 +205,9 @@ class ResumingWatch(BodyWatch):
 
     def _cancel_request(self) -> httpx.Request | None:
         """At close: the cancel to send (once), if any. For an interrupted resumable
-        stream (unless ``cancel_on_interrupt=False``), and for one given up before the
-        caller had any of it, a stall's victim re-sent or failed: nobody else knows its
-        id, and it would run on unread (unless the server said it knows no such id)."""
+        stream (unless ``cancel_on_interrupt=False``), and for a creation given up before
+        the caller had any of it, a stall's victim re-sent or failed: nobody else knows
+        its id, and it would run on unread (unless the server said it knows no such id)."""
         resumable, meter, guard = self._resumable, self._meter, self._guard
         if self._cancelled or resumable is None or meter is None or meter.finished:
             return None
@@ -219,7 +218,8 @@ class ResumingWatch(BodyWatch):
             if not self._exchange.policy.cancel_on_interrupt:
                 return None
         elif (
-            self._handed
+            resumable.response_id is not None  # the caller's own resume: it knows the id
+            or self._handed
             or meter.error is not None
             or self._refused_status == 404
             or (guard.fired != "stalled" and self._refused_status is None)

@@ -49,6 +49,8 @@ class _Alarm(Protocol):
 
     def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None: ...
 
+    def unwinding(self) -> bool: ...
+
 
 class LoopWatchdog:
     """The deadline heap of one event loop, served by the loop's alarm."""
@@ -104,6 +106,12 @@ class LoopWatchdog:
                 logger.exception("watchdog: %s failed", name)
 
         self._alarm.spawn(run, name)
+
+    def unwinding(self) -> bool:
+        """Whether the current task is being cancelled (asyncio 3.11+: ``cancelling()``;
+        trio: its deadline has passed). Its loop may then be ending, and a task spawned now
+        might never run: asyncio.run() cancels only the tasks there were."""
+        return self._alarm.unwinding()
 
     def _set_alarm(self, when: float) -> None:
         self._alarm_at = when
@@ -179,6 +187,11 @@ class _AsyncioAlarm:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def unwinding(self) -> bool:
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+        return bool(cancelling is not None and cancelling())
+
 
 async def _awaited(work: Callable[[], Awaitable[None]]) -> None:
     await work()
@@ -219,6 +232,9 @@ class _TrioAlarm:
         # A system task: trio's only nursery that outlives the caller's task. Cancelled
         # when the run's main task ends, as asyncio.run() cancels what is left.
         self._trio.lowlevel.spawn_system_task(work, name=name)
+
+    def unwinding(self) -> bool:
+        return bool(self._trio.current_effective_deadline() == -math.inf)
 
     async def _run(self) -> None:
         trio = self._trio

@@ -13,6 +13,8 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+import anyio
+
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.clock import monotonic
 from .._core.exchange import Exchange
@@ -73,6 +75,8 @@ class AsyncWatchedStream(ResumingWatch):
         # task is inside it right now.
         self._iteration: AsyncGenerator[bytes, None] | None = None
         self._closed = False
+        # Set while the reader waits to resume again: a close from another task wakes it.
+        self._pausing: anyio.Event | None = None
 
     def _draining(self, chunk: bytes) -> bool:
         """After a kill (``guard.fired`` is set): whether to drop ``chunk`` and read on."""
@@ -197,6 +201,7 @@ class AsyncWatchedStream(ResumingWatch):
         failure if the last resume was refused, else for the latest."""
         first = outcome = self._outcome(failure)
         refused: ResumeRefused | None = None
+        self._refusals = 0
         while (request := self._resume_request()) is not None:
             try:
                 await self._reopen(request)
@@ -207,10 +212,14 @@ class AsyncWatchedStream(ResumingWatch):
                 refused, wait = exc, self._retry_wait(exc)
                 if wait is None:
                     break
-                await apause(wait, self._exchange.tokens, self._watcher)
+                self._pausing = anyio.Event()
+                try:
+                    await apause(wait, self._exchange.tokens, self._watcher, self._pausing)
+                finally:
+                    self._pausing = None
                 continue
             return None
-        if self._guard.fired == "interrupted":  # while a resume was under way, or awaited
+        if self._guard.fired in ("interrupted", "closed"):  # while a resume was under way
             return self._unresumed(self._outcome(GuardFired()), None)
         return self._unresumed(first if refused else outcome, refused)
 
@@ -228,6 +237,9 @@ class AsyncWatchedStream(ResumingWatch):
         try:
             await self._check_resumed(request, response)
         except BaseException:
+            # Its connection may go back to the pool, and another caller's request on it
+            # must be out of this guard's reach, which the wait that may follow keeps open.
+            guard.let_go()
             await response.aclose()
             raise
         self._inner = response.stream
@@ -261,6 +273,8 @@ class AsyncWatchedStream(ResumingWatch):
             # cannot be closed from here: stop the read instead; the reader
             # closes everything as it unwinds.
             self._guard.close_from_afar()
+            if self._pausing is not None:  # waiting to resume again: no read to stop, wake it
+                self._pausing.set()
             return
         await self._aclose()
 
@@ -287,7 +301,7 @@ class AsyncWatchedStream(ResumingWatch):
                 finally:
                     request = self._cancel_request()
                     if request is not None:
-                        self._detached.start(self._watcher, lambda: self._cancel(request))
+                        await self._detached.start(self._watcher, lambda: self._cancel(request))
 
     async def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.

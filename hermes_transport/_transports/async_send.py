@@ -22,7 +22,7 @@ from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt
 from .._core.resume import CANCEL_TIMEOUT
 from .._io.backend import reach_untracked
-from .._io.loop_watchdog import LoopWatchdog
+from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 
 __all__ = ["AsyncSend", "CancelAttempt", "Detached", "apause", "cancellable", "sent"]
 
@@ -92,10 +92,16 @@ async def sent(
     return response
 
 
-async def apause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatchdog) -> None:
-    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (from any
-    thread; the next attempt then fails at once, sending nothing)."""
-    woken = anyio.Event()
+async def apause(
+    seconds: float,
+    tokens: Sequence[Interrupt],
+    watcher: LoopWatchdog,
+    woken: anyio.Event | None = None,
+) -> None:
+    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (from
+    any thread; the next attempt then fails at once, sending nothing) or ``woken`` is set
+    (on the loop)."""
+    woken = woken if woken is not None else anyio.Event()
     removers = [
         token._add_listener(lambda _reason: watcher.call_soon_threadsafe(woken.set))
         for token in tokens
@@ -111,30 +117,40 @@ async def apause(seconds: float, tokens: Sequence[Interrupt], watcher: LoopWatch
 class Detached:
     """One transport's work that its caller does not wait for (a cancel after an
     interrupt): each piece a task on the loop that started it (``LoopWatchdog.spawn``),
-    no thread. ``wait()`` (the transport's close) waits for what is still running, at
-    most ``CANCEL_TIMEOUT`` seconds and a little: each piece bounds itself too.
+    no thread. ``wait()`` (the transport's close) waits for what is still running on
+    its loop, at most ``CANCEL_TIMEOUT`` seconds and a little: each piece bounds itself
+    too. Started while the caller's task is being cancelled (its loop may be ending),
+    a piece is done there and then instead, shielded: a task started then might never run.
     """
 
     def __init__(self) -> None:
-        self._running: set[anyio.Event] = set()
+        self._running: dict[anyio.Event, LoopWatchdog] = {}
 
-    def start(self, watcher: LoopWatchdog, work: Callable[[], Awaitable[None]]) -> None:
+    async def start(self, watcher: LoopWatchdog, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work()`` (which never raises) on ``watcher``'s loop, from now on."""
+        if watcher.unwinding():
+            with anyio.CancelScope(shield=True):
+                await work()
+            return
         done = anyio.Event()
-        self._running.add(done)
+        self._running[done] = watcher
 
         async def tracked() -> None:
             try:
                 await work()
             finally:
                 done.set()
-                self._running.discard(done)
+                self._running.pop(done, None)
 
         watcher.spawn(tracked, "hermes-transport-cancel")
 
     async def wait(self) -> None:
-        """Wait for the work still running (on this loop)."""
+        """Wait for the work still running on this loop (another loop's is not waited for,
+        and forgotten: that loop may be gone, its work with it)."""
+        here = loop_watchdog()
+        for done, watcher in list(self._running.items()):
+            if watcher is not here:
+                self._running.pop(done, None)
         with anyio.move_on_after(CANCEL_TIMEOUT + 1.0):
             for done in list(self._running):
-                with contextlib.suppress(RuntimeError):  # an event of another loop
-                    await done.wait()
+                await done.wait()

@@ -165,8 +165,10 @@ class AsyncShell(Shell[_AsyncInner]):
         return rebuilt(response, stream)
 
     async def aclose(self) -> None:
-        await self._detached.wait()  # cancels still under way, before the pool shuts
-        await self._inner.aclose()
+        try:
+            await self._detached.wait()  # cancels still under way, before the pool shuts
+        finally:
+            await self._inner.aclose()
 
     # A client enters and exits its transport (httpx's own pool opens and shuts
     # there); the inner transport gets the same calls, as httpx gives its own.
@@ -182,9 +184,11 @@ class AsyncShell(Shell[_AsyncInner]):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
-        await self._detached.wait()
-        exit_ = getattr(self._inner, "__aexit__", None)
-        if exit_ is not None:
-            await exit_(exc_type, exc_value, traceback)
-        else:
-            await self._inner.aclose()
+        try:
+            await self._detached.wait()
+        finally:
+            exit_ = getattr(self._inner, "__aexit__", None)
+            if exit_ is not None:
+                await exit_(exc_type, exc_value, traceback)
+            else:
+                await self._inner.aclose()

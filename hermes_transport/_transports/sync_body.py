@@ -66,6 +66,8 @@ class WatchedStream(ResumingWatch):
         # thread is inside it right now.
         self._iteration: Generator[bytes, None, None] | None = None
         self._closed = False
+        # Set while the reader waits to resume again: a close from afar wakes it.
+        self._pausing: threading.Event | None = None
 
     def await_first_event(self) -> None:
         """Hold chunks until the first progress event, the end, or ``HOLD_LIMIT`` bytes.
@@ -174,6 +176,7 @@ class WatchedStream(ResumingWatch):
         failure if the last resume was refused, else for the latest."""
         first = outcome = self._outcome(failure)
         refused: ResumeRefused | None = None
+        self._refusals = 0
         while (request := self._resume_request()) is not None:
             try:
                 self._reopen(request)
@@ -184,10 +187,14 @@ class WatchedStream(ResumingWatch):
                 refused, wait = exc, self._retry_wait(exc)
                 if wait is None:
                     break
-                pause(wait, self._exchange.tokens)
+                self._pausing = threading.Event()
+                try:
+                    pause(wait, self._exchange.tokens, self._pausing)
+                finally:
+                    self._pausing = None
                 continue
             return None
-        if self._guard.fired == "interrupted":  # while a resume was under way, or awaited
+        if self._guard.fired in ("interrupted", "closed"):  # while a resume was under way
             return self._unresumed(self._outcome(GuardFired()), None)
         return self._unresumed(first if refused else outcome, refused)
 
@@ -204,6 +211,9 @@ class WatchedStream(ResumingWatch):
         try:
             self._check_resumed(request, response)
         except BaseException:
+            # Its connection may go back to the pool, and another caller's request on it
+            # must be out of this guard's reach, which the wait that may follow keeps open.
+            guard.let_go()
             response.close()
             raise
         self._inner = response.stream
@@ -235,6 +245,9 @@ class WatchedStream(ResumingWatch):
             # cannot be closed from here: stop the read instead (as plain httpx's
             # close() does not); the reader closes everything as it unwinds.
             self._guard.close_from_afar()
+            pausing = self._pausing
+            if pausing is not None:  # waiting to resume again: no read to stop, wake it
+                pausing.set()
             return
         self._close()
 
@@ -295,10 +308,12 @@ class WatchedStream(ResumingWatch):
             guard.close()
 
 
-def pause(seconds: float, tokens: Sequence[Interrupt]) -> None:
-    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (the next
-    attempt then fails at once, sending nothing)."""
-    woken = threading.Event()
+def pause(
+    seconds: float, tokens: Sequence[Interrupt], woken: threading.Event | None = None
+) -> None:
+    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (the
+    next attempt then fails at once, sending nothing) or ``woken`` is set."""
+    woken = woken if woken is not None else threading.Event()
     removers = [token._add_listener(lambda _reason: woken.set()) for token in tokens]
     try:
         woken.wait(seconds)
