@@ -246,27 +246,24 @@ class Guard:
         """Forget the connection and the deadline, staying open: the attempt is over (its
         connection may go back to the pool) but its caller is not, so an interrupt or a
         close from afar still fires the guard, reaching no socket."""
-        with self._lock:
-            self._conn = None
-            self._fallback = None
-            self.deadline = None
-            deferred, self._deferred_close = self._deferred_close, None
-        if deferred is not None:
-            deferred.finish_close()
+        self._disarm(closing=False)
 
     def close(self) -> None:
         """Disarm for good: no deadline, no connection, no more firing."""
+        self._disarm(closing=True)
+        for token in self._tokens:
+            token._unregister(self)
+        self._tokens = ()
+
+    def _disarm(self, *, closing: bool) -> None:
         with self._lock:
-            self._closed = True
+            self._closed = self._closed or closing
             self._conn = None
             self._fallback = None
             self.deadline = None
             deferred, self._deferred_close = self._deferred_close, None
         if deferred is not None:
             deferred.finish_close()
-        for token in self._tokens:
-            token._unregister(self)
-        self._tokens = ()
 
     def _fire(self, kind: FiredKind, reason: str | None) -> None:
         with self._lock:

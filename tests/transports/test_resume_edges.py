@@ -6,7 +6,8 @@ refused resume's connection is back in the pool and out of the interrupt's
 reach, and a close from another thread ends the wait at once. Refusals are
 counted per break. The caller's own resume of a response is never cancelled
 for it. An async client whose close is cancelled still closes its pool, and a
-cancel that falls due as ``asyncio.run()`` cancels what is left still goes out.
+cancel that falls due as its task is cancelled (as ``asyncio.run()`` cancels what is left)
+still goes out.
 """
 
 from __future__ import annotations
@@ -219,26 +220,31 @@ def test_an_async_close_cancelled_while_a_cancel_runs_still_closes_its_pool(
         assert asyncio.run(main()) == []
 
 
-def test_a_cancel_due_as_asyncio_run_ends_still_goes_out(sdk_flavor: Flavor) -> None:
-    """A stream interrupted just as main() returns, its task then cancelled by asyncio.run(), still sends its cancel, and it is answered before the loop closes (done in the cancelled task, shielded, not on a task that would never run)."""
+def test_a_cancel_due_as_its_task_is_cancelled_is_sent_there_and_then(
+    sdk_flavor: Flavor,
+) -> None:
+    """A stream interrupted just as its task is cancelled (what asyncio.run() does to the tasks left when main() returns) sends its cancel from that task, shielded, and the cancel is answered by the time the task ends: a task spawned then might never run."""
     with FaultServer(Scenario.silent_after(6), cancel_delay=0.3) as server:
         token = Interrupt()
         seen: list[Any] = []
         http_client = sdk_flavor.async_http_client_for("cron", policy=POLICY, interrupt=token)
         sdk: dict[str, Any] = {"base_url": server.base_url, "api_key": API_KEY, "max_retries": 0}
-        client = openai.AsyncOpenAI(http_client=http_client, **sdk)
 
-        async def worker() -> None:
-            async with await client.responses.create(**BODY) as stream:
-                async for event in stream:
-                    seen.append(event)
+        async def main() -> list[int | None]:
+            async with openai.AsyncOpenAI(http_client=http_client, **sdk) as client:
 
-        async def main() -> None:
-            asyncio.create_task(worker())  # noqa: RUF006 - asyncio.run() cancels it, as tested
-            while len(seen) < 6:
-                await asyncio.sleep(0.01)
-            token.interrupt("shutting down")
+                async def worker() -> None:
+                    async with await client.responses.create(**BODY) as stream:
+                        async for event in stream:
+                            seen.append(event)
 
-        asyncio.run(main())
-        answers = [s.status for s in server.sent if s.request.path.endswith("/cancel")]
-    assert answers == [200]
+                task = asyncio.create_task(worker())
+                while len(seen) < 6:
+                    await asyncio.sleep(0.01)
+                token.interrupt("shutting down")
+                task.cancel()  # before the worker has seen the interrupt
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return [s.status for s in server.sent if s.request.path.endswith("/cancel")]
+
+        assert asyncio.run(main()) == [200]
