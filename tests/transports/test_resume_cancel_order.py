@@ -105,6 +105,7 @@ def test_an_async_interrupt_reaches_the_caller_before_its_cancel_is_answered(
     assert any(m.startswith(f"cancelled {CANCEL}: 200") for m in _cancel_logs(caplog))
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_sync_interrupt_sends_its_cancel_on_the_callers_thread_before_raising(
     slow_cancel: FaultServer, sdk_flavor: Flavor
 ) -> None:

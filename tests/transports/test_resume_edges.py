@@ -56,6 +56,7 @@ def _in_the_wait(server: FaultServer) -> None:
     time.sleep(0.3)
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_an_interrupt_during_the_wait_reaches_no_other_request(
     server: FaultServer, sdk_flavor: Flavor
 ) -> None:
@@ -75,7 +76,7 @@ def test_an_interrupt_during_the_wait_reaches_no_other_request(
     server.scenario = answered_in_turn(
         Scenario.silent_after(7),
         replace(Scenario.error(503), retry_after=3.0),
-        Scenario(event_interval=0.25),  # the other thread's request: slow, on the pooled socket
+        Scenario(event_interval=0.1),  # the other thread's request: slow, on the pooled socket
     )
     token = Interrupt()
     transport = sdk_flavor.WatchdogTransport(Wrapper(), policy=POLICY)
@@ -106,6 +107,7 @@ def test_an_interrupt_during_the_wait_reaches_no_other_request(
     assert server.connections_opened == 3
 
 
+@pytest.mark.once  # no SDK: the same under every openai major
 def test_a_close_from_another_thread_ends_the_wait_at_once(
     server: FaultServer, sdk_flavor: Flavor
 ) -> None:
@@ -191,7 +193,7 @@ def test_an_async_close_cancelled_while_a_cancel_runs_still_closes_its_pool(
     sdk_flavor: Flavor,
 ) -> None:
     """A task cancelled while its client's close waits for the cancel still closes the transport's pool: no connection is left in it."""
-    with FaultServer(Scenario.silent_after(6), cancel_delay=1.0) as server:
+    with FaultServer(Scenario.silent_after(6), cancel_delay=0.6) as server:
         token = Interrupt()
         seen: list[Any] = []
         interrupt_when(token, lambda: len(seen) >= 6, delay=0.05)
@@ -214,7 +216,7 @@ def test_an_async_close_cancelled_while_a_cancel_runs_still_closes_its_pool(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(1.2)  # the cancel ends; its connection would go to the pool
+            await asyncio.sleep(0.8)  # the cancel ends; its connection would go to the pool
             return list(http_client._transport._inner._pool.connections)
 
         assert asyncio.run(main()) == []
