@@ -21,20 +21,45 @@ How a request finds its call: the runner binds one for its whole run
 variable, starting a new one for every first try and finding the same one for
 the SDK's retries, which the SDK marks with an ``x-stainless-retry-count``
 header greater than zero and makes one after another in the same context.
-Pure: no I/O, no clock.
+Also the pause before sending again after a refusal that may pass
+(``backoff_before``: a transient error event re-sent, a resume refused for a
+while). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from .errors import StreamStalled
 
-__all__ = ["Call", "bind_call", "call_for_request", "under_runner"]
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_LIMIT",
+    "Call",
+    "backoff_before",
+    "bind_call",
+    "call_for_request",
+    "under_runner",
+]
 
 RETRY_HEADER = "x-stainless-retry-count"
+
+#: The pause before sending again after the server said to come back later (a
+#: transient error event before any output, a resume refused with a 429 or a 5xx):
+#: this long before the first such send, doubled for each one after, at most
+#: ``BACKOFF_LIMIT``; each pause is drawn between half of that and all of it, so
+#: that clients told "overloaded" at once do not all come back at once.
+BACKOFF_FIRST = 0.2
+BACKOFF_LIMIT = 1.0
+
+
+def backoff_before(n: int) -> float:
+    """The pause before the ``n``-th send again (1 up), as ``BACKOFF_FIRST`` says."""
+    ceiling = min(BACKOFF_LIMIT, BACKOFF_FIRST * 2 ** (n - 1))
+    return random.uniform(ceiling / 2, ceiling)
 
 
 class Call:

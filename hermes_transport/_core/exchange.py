@@ -13,7 +13,6 @@ switches in ``_io`` reach the sockets.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Sequence
 
 import httpx
@@ -29,7 +28,7 @@ from .attempt import (
     shown_cause,
 )
 from .budgets import CallBudgets, model_of
-from .calls import Call, call_for_request, under_runner
+from .calls import Call, backoff_before, call_for_request, under_runner
 from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_before_response
 from .flavor import Flavor
 from .guard import Guard
@@ -40,17 +39,9 @@ from .resume import Resumable, resumable_for
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
 from .wires import ErrorEvent, wire_of
 
-__all__ = ["BACKOFF_FIRST", "BACKOFF_LIMIT", "Exchange"]
+__all__ = ["Exchange"]
 
 logger = logging.getLogger("hermes_transport")
-
-#: The pause before re-sending a request whose stream opened with a transient
-#: error event (the server said it is overloaded): this long before the first
-#: such re-send, doubled for each one after, at most ``BACKOFF_LIMIT``; each
-#: pause is drawn between half of that and all of it, so that clients told
-#: "overloaded" at once do not all come back at once.
-BACKOFF_FIRST = 0.2
-BACKOFF_LIMIT = 1.0
 
 
 class Exchange:
@@ -276,8 +267,7 @@ class Exchange:
             )
             return False
         self._error_resends += 1
-        ceiling = min(BACKOFF_LIMIT, BACKOFF_FIRST * 2 ** (self._error_resends - 1))
-        self.backoff = random.uniform(ceiling / 2, ceiling)
+        self.backoff = backoff_before(self._error_resends)
         logger.warning(
             "%s %s: the stream opened with %s; re-sending in %.2f s (%d re-send(s) left)",
             request.method,

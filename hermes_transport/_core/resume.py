@@ -13,6 +13,7 @@ resume, the shells send.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -85,11 +86,13 @@ class ResumeRefused(Exception):
 
 def retry_after(value: str | None) -> float | None:
     """A ``Retry-After`` header's seconds (``None`` for none, a date or nonsense)."""
+    if value is None:
+        return None
     try:
-        seconds = float(value) if value is not None else None
+        seconds = float(value)
     except ValueError:
         return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+    return seconds if 0 <= seconds < math.inf else None  # NaN compares false
 
 
 @dataclass(frozen=True)

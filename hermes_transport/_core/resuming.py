@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import weakref
 from typing import Any
 
@@ -23,13 +22,14 @@ import httpx
 
 from .attempt import Attempt, GuardFired, ResumeFailed
 from .body import BodyWatch
+from .calls import backoff_before
 from .errors import StreamStalled
-from .exchange import BACKOFF_FIRST, BACKOFF_LIMIT
 from .guard import Guard
-from .progress import is_event_stream
+from .progress import ProgressMeter, is_event_stream
 from .resume import (
     RETRY_AFTER_LIMIT,
     TAIL_LIMIT,
+    Resumable,
     ResumeRefused,
     refusal,
     retry_after,
@@ -149,8 +149,7 @@ class ResumingWatch(BodyWatch):
         if refused.retry_after is not None:
             wait = min(refused.retry_after, RETRY_AFTER_LIMIT)
         else:
-            ceiling = min(BACKOFF_LIMIT, BACKOFF_FIRST * 2 ** (self._refusals - 1))
-            wait = random.uniform(ceiling / 2, ceiling)
+            wait = backoff_before(self._refusals)
         logger.warning(
             "%s %s: the resume was refused (%s); resuming again in %.2f s",
             self._attempt.request.method,
@@ -215,18 +214,22 @@ class ResumingWatch(BodyWatch):
         if response_id is None:
             return None
         if guard.fired == "interrupted":
-            if not self._exchange.policy.cancel_on_interrupt:
-                return None
-        elif (
-            resumable.response_id is not None  # the caller's own resume: it knows the id
-            or self._handed
-            or meter.error is not None
-            or self._refused_status == 404
-            or (guard.fired != "stalled" and self._refused_status is None)
-        ):
+            wanted = self._exchange.policy.cancel_on_interrupt
+        else:
+            wanted = self._abandoned(resumable, meter)
+        if not wanted:
             return None
         self._cancelled = True
         return resumable.cancel_request(response_id)
+
+    def _abandoned(self, resumable: Resumable, meter: ProgressMeter) -> bool:
+        """Whether this creation was given up unread: it stalled, or a resume of it was
+        refused (not for want of such a response, a 404), before the caller had any of it
+        or any error event came. Never the caller's own resume: it knows the id."""
+        refused = self._refused_status
+        if resumable.response_id is not None or self._handed or meter.error is not None:
+            return False
+        return refused != 404 and (self._guard.fired == "stalled" or refused is not None)
 
     def _is_rest(self, response: Any) -> bool:
         """Whether a resume's ``response`` is the rest of the stream: an event stream, in

@@ -28,7 +28,7 @@ import logging
 import math
 import sys
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .._core.clock import monotonic
@@ -47,7 +47,7 @@ class _Alarm(Protocol):
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None: ...
 
-    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None: ...
+    def spawn(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None: ...
 
     def unwinding(self) -> bool: ...
 
@@ -95,7 +95,7 @@ class LoopWatchdog:
         """Run ``callback`` on the loop soon; from any thread. Dropped if the loop is gone."""
         self._alarm.call_soon_threadsafe(callback)
 
-    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+    def spawn(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         """Run ``work()`` as a task of this loop, now, on the loop's thread; not awaited.
         ``work`` must not raise: an error it lets out is logged (trio's run would crash)."""
 
@@ -179,11 +179,11 @@ class _AsyncioAlarm:
             with contextlib.suppress(RuntimeError):  # closed: nothing left to stop
                 loop.call_soon_threadsafe(callback)
 
-    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+    def spawn(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         loop = self._loop()
         if loop is None:
             return
-        task: asyncio.Task[None] = loop.create_task(_awaited(work), name=name)
+        task = loop.create_task(work(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -191,10 +191,6 @@ class _AsyncioAlarm:
         task = asyncio.current_task()
         cancelling = getattr(task, "cancelling", None)  # Python 3.11+
         return bool(cancelling is not None and cancelling())
-
-
-async def _awaited(work: Callable[[], Awaitable[None]]) -> None:
-    await work()
 
 
 class _TrioAlarm:
@@ -228,7 +224,7 @@ class _TrioAlarm:
         with contextlib.suppress(self._trio.RunFinishedError):
             self._token.run_sync_soon(callback)
 
-    def spawn(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+    def spawn(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         # A system task: trio's only nursery that outlives the caller's task. Cancelled
         # when the run's main task ends, as asyncio.run() cancels what is left.
         self._trio.lowlevel.spawn_system_task(work, name=name)

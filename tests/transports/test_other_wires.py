@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
-from hermes_transport._core import exchange
+from hermes_transport._core import calls
 from hermes_transport.testing import (
     CHAT_COMPLETIONS_PATH,
     MESSAGES_PATH,
@@ -320,8 +320,8 @@ def test_an_interrupt_during_the_back_off_ends_the_call_at_once(
     server: FaultServer, openai_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Interrupted while waiting to re-send after an overloaded error: StreamInterrupted at once, nothing more sent."""
-    monkeypatch.setattr(exchange, "BACKOFF_FIRST", 5.0)
-    monkeypatch.setattr(exchange, "BACKOFF_LIMIT", 5.0)
+    monkeypatch.setattr(calls, "BACKOFF_FIRST", 5.0)
+    monkeypatch.setattr(calls, "BACKOFF_LIMIT", 5.0)
     server.scenario = Scenario.error_in_stream("server_error")
     token = Interrupt()
     client = openai_client(StreamPolicy(retries=2))
@@ -438,8 +438,8 @@ async def test_async_an_interrupt_during_the_back_off_ends_the_call_at_once(
     sdk_abandons_async_generators: None,
 ) -> None:
     """From another thread, an interrupt wakes the loop's back-off at once; nothing more is sent."""
-    monkeypatch.setattr(exchange, "BACKOFF_FIRST", 5.0)
-    monkeypatch.setattr(exchange, "BACKOFF_LIMIT", 5.0)
+    monkeypatch.setattr(calls, "BACKOFF_FIRST", 5.0)
+    monkeypatch.setattr(calls, "BACKOFF_LIMIT", 5.0)
     server.scenario = Scenario.error_in_stream("server_error")
     token = Interrupt()
     http_client = sdk_flavor.async_http_client_for("cron", policy=StreamPolicy(retries=2))

@@ -22,7 +22,7 @@ import pytest
 
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 from hermes_transport._core import resuming
-from hermes_transport._core.exchange import BACKOFF_FIRST
+from hermes_transport._core.calls import BACKOFF_FIRST
 from hermes_transport._core.resume import ResumeRefused, retry_after
 from hermes_transport.testing import RESPONSES_PATH, FaultServer, RecordedRequest, Scenario
 
