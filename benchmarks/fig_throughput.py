@@ -43,7 +43,8 @@ SEED_STALE = 180.0
 BODY = {**variants.CHAT, "stream": True}
 WARMUP_EVENTS = 2_000
 #: watchdog/plain, for wall time and for CPU time (#18: raw 1.15x in 64 KiB writes).
-TARGETS = {"raw": 1.15, "openai": 1.02}
+#: watchdog/plain (#26): 64 KiB reads, and through the openai SDK.
+TARGETS = {"raw": 1.20, "openai": 1.02}
 #: Units read per turn: raw reads (about 64 KiB each), or SDK chunks. Short turns cancel
 #: the machine's drift better (with 5,000 chunks a turn, rounds still differed by 3%); the
 #: four clock reads of a turn cost well under 1% of it.

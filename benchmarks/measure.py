@@ -7,13 +7,16 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 __all__ = [
+    "GcStats",
     "causes",
     "distribution",
     "fmt_ms",
     "fmt_s",
     "gc_seconds",
+    "gc_stats",
     "percentile",
 ]
 
@@ -77,20 +80,34 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 class _GcClock:
-    """A ``gc.callbacks`` entry adding up the time spent in the cyclic collector."""
+    """A ``gc.callbacks`` entry adding up the time spent in the cyclic collector (wall
+    clock), and its runs and CPU time by generation."""
 
     def __init__(self) -> None:
         self.total = 0.0
+        self.runs = [0, 0, 0]
+        self.cpu = [0.0, 0.0, 0.0]
         self._started = 0.0
+        self._started_cpu = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()  # a collection runs on one thread
         else:
             self.total += time.perf_counter() - self._started
+            generation = min(max(info.get("generation", 2), 0), 2)
+            self.runs[generation] += 1
+            self.cpu[generation] += time.thread_time() - self._started_cpu
 
 
 _GC_CLOCK = _GcClock()
+
+
+def _clock() -> _GcClock:
+    if _GC_CLOCK not in gc.callbacks:
+        gc.callbacks.append(_GC_CLOCK)
+    return _GC_CLOCK
 
 
 def gc_seconds() -> float:
@@ -99,6 +116,32 @@ def gc_seconds() -> float:
     A collection holds the GIL, whichever thread runs it: one that falls inside a
     sub-millisecond measurement (a gen-2 one took 86 ms here) is worth knowing about.
     """
-    if _GC_CLOCK not in gc.callbacks:
-        gc.callbacks.append(_GC_CLOCK)
-    return _GC_CLOCK.total
+    return _clock().total
+
+
+@dataclass(frozen=True)
+class GcStats:
+    """The cyclic collector's runs and CPU seconds (of the thread that ran each), by
+    generation (0, 1, 2), since the first call of ``gc_stats()``; subtract two to get what
+    happened between them. A ``gc.collect()`` counts as a run of generation 2, so measure
+    between your own calls. CPU time, unlike ``gc_seconds()``: on a busy machine a
+    collection's wall time includes the time the process was not running."""
+
+    runs: tuple[int, int, int] = (0, 0, 0)
+    seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds)
+
+    def __sub__(self, other: GcStats) -> GcStats:
+        (r0, r1, r2), (o0, o1, o2) = self.runs, other.runs
+        (s0, s1, s2), (p0, p1, p2) = self.seconds, other.seconds
+        return GcStats((r0 - o0, r1 - o1, r2 - o2), (s0 - p0, s1 - p1, s2 - p2))
+
+
+def gc_stats() -> GcStats:
+    """The collector's runs and CPU seconds by generation so far (see ``GcStats``)."""
+    clock = _clock()
+    runs, seconds = clock.runs, clock.cpu
+    return GcStats((runs[0], runs[1], runs[2]), (seconds[0], seconds[1], seconds[2]))

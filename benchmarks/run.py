@@ -36,6 +36,9 @@ NAMES = (
     "threads",
     "connections",
     "async",
+    "async_scale",
+    "sync_scale",
+    "cycles",
     "wires",
 )
 # benchmarks.flavor.FLAVORS and FLAVOR_VARIABLE, for the same reason.

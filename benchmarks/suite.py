@@ -26,6 +26,9 @@ FIGURES = {
     "threads": "benchmarks.fig_threads",
     "connections": "benchmarks.fig_connections",
     "async": "benchmarks.fig_async",
+    "async_scale": "benchmarks.fig_async_scale",
+    "sync_scale": "benchmarks.fig_sync_scale",
+    "cycles": "benchmarks.fig_cycles",
     "wires": "benchmarks.fig_wires",
 }
 

@@ -106,6 +106,40 @@ SDK_FLAVORS = (
     FLAVORS if OPENAI_MAJOR >= 3 or hasattr(openai, "DefaultHttpx2Client") else ("httpx",)
 )
 
+_E = TypeVar("_E", bound=BaseException)
+
+
+def anthropic_wraps_body_errors() -> bool:
+    """Whether the installed anthropic SDK wraps an error raised while iterating a stream's
+    body (2.17 and newer, which read it through ``anthropic._streaming.iter_response_bytes``):
+    a timeout (our stall) in its ``APITimeoutError``, anything else (our interrupt) in its
+    ``APIConnectionError``, the error as their ``__cause__``. Earlier 2.x releases let it
+    through as it is. Imports anthropic, which makes our errors raised before a response
+    ``AnthropicError``s too: call it only where anthropic is loaded anyway."""
+    return hasattr(importlib.import_module("anthropic._streaming"), "iter_response_bytes")
+
+
+def anthropic_body_error(error: BaseException, raised: type[_E]) -> _E:
+    """The ``raised`` error (the transport's) in ``error``, which a bare anthropic client
+    raised while iterating a stream's body: ``error`` itself where the SDK lets it through;
+    where it wraps it, ``error`` is exactly its ``APITimeoutError`` (for a timeout) or
+    ``APIConnectionError``, with it as ``__cause__``. Either way ``stream_error(error)``
+    finds ours (a stall or an interrupt), and nothing else."""
+    if anthropic_wraps_body_errors():
+        anthropic = importlib.import_module("anthropic")
+        httpx2 = importlib.import_module("httpx2")
+        cause = error.__cause__
+        assert isinstance(cause, raised), repr(error)
+        timeout = isinstance(cause, httpx2.TimeoutException)
+        wrapper = anthropic.APITimeoutError if timeout else anthropic.APIConnectionError
+        assert type(error) is wrapper, repr(error)
+    else:
+        assert isinstance(error, raised), repr(error)
+        cause = error
+    ours = cause if isinstance(cause, (StreamStalled, StreamInterrupted)) else None
+    assert hermes_transport.stream_error(error) is ours
+    return cause
+
 
 def inner_transport_settings(monkeypatch: Any, transport_class: type[Any]) -> list[dict[str, Any]]:
     """Record the keyword arguments of every ``transport_class`` built (a ``cert`` is

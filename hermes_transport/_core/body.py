@@ -13,7 +13,6 @@ attribute write and the gap's summary. No I/O here: the streams in
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -75,6 +74,9 @@ class BodyWatch:
         self._exchange = exchange
         self._attempt = attempt
         self._meter = meter
+        # The hot path's two reads of the meter, without its properties' calls.
+        self._feed = meter.feed_chunk if meter is not None else None
+        self._scanner = meter.scanner if meter is not None else None
         self._stale = stale
         self._arm = arm
         self._armed = False  # the stale deadline is in the watchdog's heap
@@ -83,8 +85,7 @@ class BodyWatch:
         self._complete = False  # the inner body was read to its end
         self._drained_size = 0  # read after [DONE] when the caller closed early
         self._broken: Exception | None = None  # see _broke_early
-        # A resumable stream whose events are tracked: it can be resumed (with
-        # resumes allowed: only whole events are passed up) and cancelled.
+        # Tracked: it can be resumed (only whole events are then passed up) and cancelled.
         self._resumable: Resumable | None = (
             exchange.resumable if meter is not None and meter.tracks else None
         )
@@ -96,23 +97,30 @@ class BodyWatch:
         if self._resumable is not None and self._whole is None and exchange.policy.resumes:
             attempt.hint = "; not resumed: a compressed stream cannot be spliced"
         self._note = ""  # why the stream was not resumed, for its error
-        # The statistics: the gaps are summed up on the hot path (with the
-        # clock read the deadline needs); the rest is copied in at the end.
-        self._gaps = exchange.record.gaps
+        self._gaps = exchange.record.gaps  # summed up on the hot path; the rest at the end
         self._handed = False  # the caller has the response: the body reports its end
         self._extensions: dict[str, Any] | None = None
         self._ending: BaseException | None = None  # what the caller is about to get
         self._cancelled = False  # a cancel was sent (or given up)
         self._refusals = 0  # resumes the server refused
         self._refused_status: int | None = None  # the status of a refusal given up on
+        self._forgotten = False  # see _forget
         guard.stage = "first_event" if meter is not None else "body"
-        if meter is None:
-            # Not an event stream: it has answered, and its body is not watched
-            # for progress (only interrupts reach it).
+        if meter is None:  # not an event stream: not watched for progress, interruptible
             guard.deadline = None
-        # Closes the guard once: on close, or when a response dropped unclosed
-        # is collected (which also runs any close deferred on the guard).
-        self._release_guard = weakref.finalize(self, guard.close)
+        self._guard_released = False  # see _release_guard
+
+    def _release_guard(self) -> None:
+        """Close the guard, once: at close, before a resume replaces it, or when a response
+        dropped unclosed is collected (which also runs any close deferred on the guard)."""
+        if not self._guard_released:
+            self._guard_released = True
+            self._guard.close()
+
+    def __del__(self) -> None:
+        # Not a weakref.finalize: four more objects a stream for the collector to walk.
+        if not getattr(self, "_guard_released", True):  # False once __init__ got there
+            self._release_guard()
 
     def _hold(self, chunk: bytes) -> bool:
         """Hold a chunk read before the first event; whether holding is over.
@@ -229,9 +237,9 @@ class BodyWatch:
         and the gap's summary."""
         if self._guard.fired is not None:
             raise GuardFired
-        meter = self._meter
-        if meter is not None and meter.feed(chunk):
-            if self._armed and not meter.done:
+        feed = self._feed
+        if feed is not None and feed(chunk):
+            if self._armed and not self._scanner.done:  # type: ignore[union-attr]
                 now = monotonic()
                 self._guard.deadline = now + self._stale  # type: ignore[operator]
                 self._gaps.add(now)
@@ -261,6 +269,25 @@ class BodyWatch:
         stats = exchange.finish(outcome, stage, error)
         if stats is not None and self._extensions is not None:
             self._extensions["stream_stats"] = stats
+
+    def _forget(self) -> None:
+        """Once the body is closed, its end reported and its error built: let go of all
+        that reaches beyond this stream (exchange, call, record, meter, a kept error).
+
+        httpx keeps the caller's response and its stream in a reference cycle that only
+        the cyclic collector frees, and would free this too, later, making each of its
+        passes longer. Kept: what a late close or a read of the closed body touches."""
+        if not self._forgotten:
+            self._forgotten = True
+            self._drop()
+
+    def _drop(self) -> None:
+        """``_forget``'s work, once; the streams add their own."""
+        del self._exchange, self._gaps, self._arm
+        self._meter = self._resumable = self._whole = self._feed = self._scanner = None
+        self._ending = self._broken = None
+        self._extensions = None
+        self._held = []
 
     def _how_ended(self) -> tuple[Outcome, str | None, str | None]:
         """The outcome, stage and error of the stream at its close."""

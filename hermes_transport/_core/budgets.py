@@ -22,10 +22,10 @@ import json
 import math
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "BYTES_PER_TOKEN",
@@ -243,15 +243,19 @@ _RULES_KEPT = 256
 DEFAULT_BUDGET_RULES: Final = BudgetRules()
 
 
-def model_of(body: bytes | None) -> str | None:
-    """The ``"model"`` a JSON request body names, if it is one that does."""
-    if not body or b'"model"' not in body:
+def model_of(body: bytes | Mapping[str, Any] | None) -> str | None:
+    """The ``"model"`` a JSON request body names (its bytes, or its object already parsed),
+    if it is one that does."""
+    if isinstance(body, Mapping):
+        payload: object = body
+    elif not body or b'"model"' not in body:
         return None
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return None
-    model = payload.get("model") if isinstance(payload, dict) else None
+    else:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return None
+    model = payload.get("model") if isinstance(payload, Mapping) else None
     return model if isinstance(model, str) and model else None
 
 

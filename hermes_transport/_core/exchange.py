@@ -34,7 +34,7 @@ from .flavor import Flavor
 from .guard import Guard
 from .interrupt import Interrupt
 from .policy import StreamPolicy
-from .progress import ProgressMeter, is_event_stream, wants_stream
+from .progress import ProgressMeter, is_event_stream, stream_asked
 from .resume import Resumable, resumable_for
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
 from .wires import ErrorEvent, wire_of
@@ -93,16 +93,18 @@ class Exchange:
         self._replayable = isinstance(stream, flavor.http.ByteStream)
         self._wire = wire_of(request.url.path)
         body: bytes | None = b"".join(stream) if self._replayable else None  # type: ignore[arg-type]
-        streaming = wants_stream(
+        # The body's JSON is parsed once, here, and only if the request may stream.
+        streaming, payload = stream_asked(
             request.headers.get("accept", ""), request.headers.get("content-type", ""), body
-        ) or (
+        )
+        streaming = streaming or (
             # The Responses resume, GET /responses/{id}?stream=true, says so
             # only in its query: it has no body and no Accept header.
             self._wire == "responses" and request.url.params.get("stream") == "true"
         )
         #: The budgets this call got (the policy's, fitted to the request by its rules).
         self.budgets: CallBudgets = (
-            policy.budgets_for(model_of(body), None if body is None else len(body))
+            policy.budgets_for(model_of(payload), None if body is None else len(body))
             if streaming
             else policy.budgets_for()
         )
@@ -117,7 +119,7 @@ class Exchange:
         self._meter: ProgressMeter | None = None  # the latest attempt's, once it is answered
         #: How to resume the stream, if it can be (a background Responses one).
         self.resumable: Resumable | None = (
-            resumable_for(request, self._wire, body, flavor.http) if streaming else None
+            resumable_for(request, self._wire, payload, flavor.http) if streaming else None
         )
         self._hint = (
             NOT_RESUMABLE if streaming and self._wire == "responses" and not self.resumable else ""

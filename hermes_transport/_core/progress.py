@@ -16,7 +16,7 @@ from typing import Any
 from .sse import SSEScanner
 from .wires import ErrorEvent, Wire
 
-__all__ = ["ProgressMeter", "is_event_stream", "wants_stream"]
+__all__ = ["ProgressMeter", "is_event_stream", "stream_asked", "wants_stream"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -33,15 +33,28 @@ def wants_stream(headers_accept: str, content_type: str, body: bytes | None) -> 
     ``"stream"`` is ``true``. A cheap byte search filters bodies before the
     JSON is parsed, so ordinary requests cost a scan, not a parse.
     """
-    if "text/event-stream" in headers_accept.lower():
-        return True
-    if not body or "json" not in content_type.lower() or not _STREAM_KEY.search(body):
-        return False
+    return stream_asked(headers_accept, content_type, body)[0]
+
+
+def stream_asked(
+    headers_accept: str, content_type: str, body: bytes | None
+) -> tuple[bool, dict[str, Any] | None]:
+    """``wants_stream``, and the body's top-level JSON object if the request may stream
+    (``None``: no JSON object, or not parsed): parsed once, for every later question
+    about a streaming request (its model, whether it runs in the background), since an
+    agent's request body can be megabytes."""
+    sse = "text/event-stream" in headers_accept.lower()
+    if not body:
+        return sse, None
+    if not sse and ("json" not in content_type.lower() or not _STREAM_KEY.search(body)):
+        return False, None
     try:
         payload = json.loads(body)
     except ValueError:
-        return False
-    return isinstance(payload, dict) and payload.get("stream") is True
+        return sse, None
+    if not isinstance(payload, dict):
+        return sse, None
+    return sse or payload.get("stream") is True, payload
 
 
 def is_event_stream(status_code: int, content_type: str) -> bool:
@@ -62,7 +75,7 @@ class ProgressMeter:
     failure itself to the consumer.
     """
 
-    __slots__ = ("_blind_chunks", "_decoders", "_scan", "_scanner", "blind", "bytes", "tracks")
+    __slots__ = ("_blind_chunks", "_bytes", "_decoders", "_scan", "_scanner", "blind", "tracks")
 
     def __init__(
         self,
@@ -81,7 +94,7 @@ class ProgressMeter:
         # True when progress cannot be judged: every chunk then counts.
         self.blind = False
         self._blind_chunks = 0
-        self.bytes = 0  # fed, as they came (before decoding)
+        self._bytes = 0  # fed to ``feed`` and not to the scanner as they came (see ``bytes``)
         # Content-Encoding lists codings in the order applied: undo them in reverse.
         for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
             if coding in ("", "identity"):
@@ -100,8 +113,20 @@ class ProgressMeter:
             self._scan = None
 
     @property
+    def scanner(self) -> SSEScanner:
+        """The scanner of the decoded text (its ``done`` read without a property's call)."""
+        return self._scanner
+
+    @property
+    def feed_chunk(self) -> Callable[[bytes], int]:
+        """``feed``, or where the body is scanned as it comes, the scanner's own ``feed``:
+        one call fewer a chunk, for the hot path."""
+        return self._scan if self._scan is not None else self.feed
+
+    @property
     def done(self) -> bool:
-        """Whether an end event (``[DONE]``, ``response.completed``, ...) has completed."""
+        """Whether a chunk ended the stream: its last complete event was an end event
+        (``[DONE]``, ``response.completed``, ...; the scanner's end rule)."""
         return self._scanner.done
 
     @property
@@ -180,10 +205,10 @@ class ProgressMeter:
 
     def feed(self, chunk: bytes) -> int:
         """Return how many progress events ``chunk`` completed (1 per chunk when blind)."""
-        self.bytes += len(chunk)
         scan = self._scan
         if scan is not None:
-            return scan(chunk)
+            return scan(chunk)  # which counts its bytes
+        self._bytes += len(chunk)
         if self.blind:
             if not chunk:
                 return 0
@@ -195,12 +220,19 @@ class ProgressMeter:
         for decoder in self._decoders:
             pieces = _chain(decoder, pieces)
         try:
-            return sum(self._scanner.feed(piece) for piece in pieces)
+            # One read, whatever slices it decodes to: its last event decides ``done``.
+            return self._scanner.feed_pieces(pieces)
         except zlib.error:
             logger.debug("body failed to decode; counting chunks as progress")
             self.blind = True
             self._blind_chunks += 1
             return 1
+
+    # Last in the class: above it, ``bytes`` in an annotation would name this.
+    @property
+    def bytes(self) -> int:
+        """Bytes fed, as they came (before decoding)."""
+        return self._bytes + self._scanner.fed
 
 
 def _chain(decoder: Decoder, pieces: Iterator[bytes]) -> Iterator[bytes]:

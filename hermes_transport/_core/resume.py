@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
@@ -151,9 +152,10 @@ class Resumable:
 
 
 def resumable_for(
-    request: httpx.Request, wire: Wire, body: bytes | None, http: Any
+    request: httpx.Request, wire: Wire, body: bytes | Mapping[str, Any] | None, http: Any
 ) -> Resumable | None:
-    """The resumable stream ``request`` asks for, if it does (``body``: its bytes, if known)."""
+    """The resumable stream ``request`` asks for, if it does (``body``: its bytes, or its JSON
+    object already parsed, if known)."""
     if wire != "responses":
         return None
     url = request.url
@@ -167,13 +169,18 @@ def resumable_for(
         value = url.params.get("starting_after", "")
         after = int(value) if value.isdigit() else -1
         return Resumable(request, response_id, after, http)
-    if request.method != "POST" or not body or b'"background"' not in body:
+    if request.method != "POST" or not body:
         return None
-    try:
-        payload = json.loads(body)
-    except ValueError:
+    if isinstance(body, Mapping):
+        payload: object = body
+    elif b'"background"' not in body:
         return None
-    if not isinstance(payload, dict) or payload.get("background") is not True:
+    else:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return None
+    if not isinstance(payload, Mapping) or payload.get("background") is not True:
         return None
     return Resumable(request, None, -1, http)
 

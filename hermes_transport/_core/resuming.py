@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import weakref
 from typing import Any
 
 import httpx
@@ -117,7 +116,7 @@ class ResumingWatch(BodyWatch):
         self._guard, self._attempt = guard, attempt
         self._armed = False
         self._complete = False
-        self._release_guard = weakref.finalize(self, guard.close)
+        self._guard_released = False
 
     def _resumed(self) -> None:
         """The resume answered with its stream: read on from it."""

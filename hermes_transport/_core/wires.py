@@ -14,28 +14,25 @@ an item or block that carries no content yet) and a ``heartbeat`` neither end
 the first-event wait nor reset the stale one: a model thinking silently
 behind them is covered by the first-event budget. An ``error`` event before
 any output is handed to the exchange; after output it is progress like any
-other event (the SDK raises on it; nothing is re-sent).
+other event (the SDK raises on it; nothing is re-sent). An ``end`` event ends
+the stream only as the last complete event of its read (``sse``'s end rule).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 __all__ = [
     "TRANSIENT_ERRORS",
     "WIRES",
-    "EndFinder",
     "ErrorEvent",
     "EventClass",
     "Wire",
     "classify",
-    "end_finders",
-    "end_markers",
     "leading_type",
     "response_id",
     "sequence_number",
@@ -136,45 +133,6 @@ def wire_of(path: str) -> Wire:
     if _RESPONSES_PATH.search(path):
         return "responses"
     return "generic"
-
-
-#: Bytes one of which every end event's type name on the wire contains (``end_markers``).
-_END_MARKERS: Final[dict[Wire, tuple[bytes, ...]]] = {
-    "responses": (b"complete",),  # response.completed, response.incomplete
-    "messages": (b"message_stop",),
-}
-
-
-def end_markers(wire: Wire) -> tuple[bytes, ...]:
-    """Bytes one of which every event that ends a stream on ``wire`` contains.
-
-    An end event's data starts with ``[DONE]`` (on every wire), or its type is
-    one of the wire's end types. The type is in the event's ``event`` field or
-    its data's leading ``"type"``, as written, so a run of events that contains
-    none of these bytes holds no such event (``sse`` then need not read it one
-    by one); one that does may also hold them elsewhere, in a text, and is read.
-    A tracked (resumable) stream never skips a run, so its errors need no marker.
-    """
-    return (b"[DONE]", *_END_MARKERS.get(wire, ()))
-
-
-#: Whether a chunk holds a marker between two offsets.
-EndFinder = Callable[[bytes, int, int], bool]
-
-
-def _end_finder(marker: bytes) -> EndFinder:
-    # Two C searches: on short needles the regex engine's literal scan is the
-    # faster, on long ones bytes.find's skip table (measured on LLM streams).
-    if len(marker) < 8:
-        search = re.compile(re.escape(marker)).search
-        return lambda chunk, start, end: search(chunk, start, end) is not None
-    return lambda chunk, start, end: chunk.find(marker, start, end) >= 0
-
-
-@functools.cache  # one tuple per wire for every stream
-def end_finders(wire: Wire) -> tuple[EndFinder, ...]:
-    """A C search for each of ``end_markers(wire)``, made once per wire."""
-    return tuple(_end_finder(marker) for marker in end_markers(wire))
 
 
 # A Responses event's number, and the id of the response a lifecycle event

@@ -37,7 +37,9 @@ class AsyncTrackingStream(Tracked, httpcore.AsyncNetworkStream):
         self._follow()
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._reading()
+        guard = self._guard  # _reading(), inlined: this is every read of every body
+        if guard is not None and guard.stage == "sending":
+            guard.stage = "headers"
         self._in_read = True
         try:
             return await self._inner.read(max_bytes, timeout)

@@ -119,7 +119,9 @@ class TrackingStream(Tracked, httpcore.NetworkStream):
         return super()._follow()
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._reading()
+        guard = self._guard  # _reading(), inlined: this is every read of every body
+        if guard is not None and guard.stage == "sending":
+            guard.stage = "headers"
         self._in_read = True
         try:
             return self._inner.read(max_bytes, timeout)

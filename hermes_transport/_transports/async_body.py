@@ -9,26 +9,22 @@ go out through the shell's ``async_send.sent``.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
-from .._core.clock import monotonic
 from .._core.exchange import Exchange
 from .._core.guard import Guard
 from .._core.progress import ProgressMeter
-from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
+from .._core.resume import REFUSAL_LIMIT, ResumeRefused
 from .._core.resuming import ResumingWatch
 from .._io.backend import Tracked
 from .._io.loop_watchdog import LoopWatchdog
-from .async_send import AsyncSend, Detached, apause
+from .async_send import AsyncSend, Detached, apause, cancel_response
 
 __all__ = ["READ_AFTER_KILL_LIMIT", "AsyncWatchedStream"]
-
-logger = logging.getLogger("hermes_transport")
 
 #: Bytes read (and dropped) after a kill to bring an inner async body to its
 #: end rather than abandon its generators mid-body (at most a socket buffer).
@@ -75,6 +71,7 @@ class AsyncWatchedStream(ResumingWatch):
         # task is inside it right now.
         self._iteration: AsyncGenerator[bytes, None] | None = None
         self._closed = False
+        self._released = False  # closed, and its close done to its end
         # Set while the reader waits to resume again: a close from another task wakes it.
         self._pausing: anyio.Event | None = None
 
@@ -122,44 +119,48 @@ class AsyncWatchedStream(ResumingWatch):
         return iteration
 
     async def _iterate(self) -> AsyncGenerator[bytes, None]:
-        for chunk in self._take_held():
-            yield chunk
-        if self._broken is not None:
-            self._ending = self._broken
-            await self._aclose()
-            self._raise_if_broken()
-        if self._whole is not None:
-            async for whole in self._iterate_whole():
-                yield whole
-            return
         try:
-            async for chunk in self._chunks:
-                # Hot path: one attribute read unless the attempt was killed.
-                if self._guard.fired is not None and self._draining(chunk):
-                    continue
-                self._saw(chunk)
+            for chunk in self._take_held():
                 yield chunk
-            if self._closed:
-                # Closed by another task while the caller held a chunk: the
-                # body did not end, so it must not look complete.
-                raise self._attempt.flavor.http.StreamClosed()
-            self._ended()
-        except self._attempt.dead as exc:
-            # The body is dead: release everything now, since a caller's
-            # aiter_raw() (for one) does not close a response that raised.
-            self._ending = exc
-            await self._aclose()
-            if self._cut_after_done():
+            if self._broken is not None:
+                self._ending = self._broken
+                await self._aclose()
+                self._raise_if_broken()
+            if self._whole is not None:
+                async for whole in self._iterate_whole():
+                    yield whole
                 return
-            error = self._failure(exc)
-            if error is None:
-                raise
-            cause = shown_cause(exc)
-        else:
-            return
-        # Raised out of the handler, so the dead attempt's exception is never the
-        # error's context: its cause is only what shown_cause() keeps.
-        raise error from cause
+            try:
+                async for chunk in self._chunks:
+                    # Hot path: one attribute read unless the attempt was killed.
+                    if self._guard.fired is not None and self._draining(chunk):
+                        continue
+                    self._saw(chunk)
+                    yield chunk
+                if self._closed:
+                    # Closed by another task while the caller held a chunk: the
+                    # body did not end, so it must not look complete.
+                    raise self._attempt.flavor.http.StreamClosed()
+                self._ended()
+            except self._attempt.dead as exc:
+                # The body is dead: release everything now, since a caller's
+                # aiter_raw() (for one) does not close a response that raised.
+                self._ending = exc
+                await self._aclose()
+                if self._cut_after_done():
+                    return
+                error = self._failure(exc)
+                if error is None:
+                    raise
+                cause = shown_cause(exc)
+            else:
+                return
+            # Raised out of the handler, so the dead attempt's exception is never the
+            # error's context: its cause is only what shown_cause() keeps.
+            raise error from cause
+        finally:
+            if self._released:  # closed in here, its error built: see _forget
+                self._forget()
 
     async def _iterate_whole(self) -> AsyncGenerator[bytes, None]:
         """A resumable stream's reads: whole events, and a resume where it broke."""
@@ -301,7 +302,19 @@ class AsyncWatchedStream(ResumingWatch):
                 finally:
                     request = self._cancel_request()
                     if request is not None:
-                        await self._detached.start(self._watcher, lambda: self._cancel(request))
+                        send, watcher = self._send, self._watcher
+                        await self._detached.start(
+                            watcher, lambda: cancel_response(send, watcher, request)
+                        )
+                    self._released = True
+                    if not getattr(self._iteration, "ag_running", False):  # else as it unwinds
+                        self._forget()
+
+    def _drop(self) -> None:
+        super()._drop()
+        # A read of the closed body finds it ended (and raises StreamClosed).
+        self._inner, self._chunks, self._iteration = None, _SPENT, None
+        del self._send, self._detached
 
     async def _drain(self) -> None:
         # Bounded by the guard's deadline; an error means the connection is not reusable.
@@ -310,27 +323,20 @@ class AsyncWatchedStream(ResumingWatch):
                 if not self._drained(chunk):
                     return
 
-    async def _cancel(self, request: Any) -> None:
-        """Cancel the response on the server, within ``CANCEL_TIMEOUT`` seconds; never
-        raises (a cancel that fails is logged, and so is one the loop's end cut short)."""
-        guard = Guard("connecting")
-        guard.deadline = monotonic() + CANCEL_TIMEOUT
-        try:
-            response = await self._send(request, guard)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-        except Exception as exc:
-            logger.warning("cancelling %s failed: %r", request.url.path, exc)
-        except BaseException:
-            logger.warning("cancelling %s given up: its event loop is ending", request.url.path)
-            raise
-        else:
-            logger.info("cancelled %s: %d", request.url.path, response.status_code)
-        finally:
-            guard.close()
-            self._watcher.release(guard)
+
+class _Spent:
+    """The chunks of a body that was let go of (``_forget``): none."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> _Spent:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
+
+
+_SPENT = _Spent()
 
 
 async def _aclose_iterator(chunks: AsyncIterator[bytes]) -> None:

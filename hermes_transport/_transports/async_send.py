@@ -12,19 +12,31 @@ close waits for.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
 
 from .._core.attempt import GuardFired
+from .._core.clock import monotonic
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt
 from .._core.resume import CANCEL_TIMEOUT
 from .._io.backend import reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 
-__all__ = ["AsyncSend", "CancelAttempt", "Detached", "apause", "cancellable", "sent"]
+__all__ = [
+    "AsyncSend",
+    "CancelAttempt",
+    "Detached",
+    "apause",
+    "cancel_response",
+    "cancellable",
+    "sent",
+]
+
+logger = logging.getLogger("hermes_transport")
 
 
 class CancelAttempt:
@@ -154,3 +166,26 @@ class Detached:
         with anyio.move_on_after(CANCEL_TIMEOUT + 1.0):
             for done in list(self._running):
                 await done.wait()
+
+
+async def cancel_response(send: AsyncSend, watcher: LoopWatchdog, request: Any) -> None:
+    """Cancel the response on the server, within ``CANCEL_TIMEOUT`` seconds; never
+    raises (a cancel that fails is logged, and so is one the loop's end cut short)."""
+    guard = Guard("connecting")
+    guard.deadline = monotonic() + CANCEL_TIMEOUT
+    try:
+        response = await send(request, guard)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+    except Exception as exc:
+        logger.warning("cancelling %s failed: %r", request.url.path, exc)
+    except BaseException:
+        logger.warning("cancelling %s given up: its event loop is ending", request.url.path)
+        raise
+    else:
+        logger.info("cancelled %s: %d", request.url.path, response.status_code)
+    finally:
+        guard.close()
+        watcher.release(guard)

@@ -66,6 +66,7 @@ class WatchedStream(ResumingWatch):
         # thread is inside it right now.
         self._iteration: Generator[bytes, None, None] | None = None
         self._closed = False
+        self._released = False  # closed, and its close done to its end
         # Set while the reader waits to resume again: a close from afar wakes it.
         self._pausing: threading.Event | None = None
 
@@ -104,39 +105,43 @@ class WatchedStream(ResumingWatch):
         return iteration
 
     def _iterate(self) -> Generator[bytes, None, None]:
-        yield from self._take_held()
-        if self._broken is not None:
-            self._ending = self._broken
-            self._close()
-            self._raise_if_broken()
-        if self._whole is not None:
-            yield from self._iterate_whole()
-            return
         try:
-            for chunk in self._chunks:
-                self._saw(chunk)
-                yield chunk
-            if self._closed:
-                # Closed by another thread while the caller held a chunk: the
-                # body did not end, so it must not look complete.
-                raise self._attempt.flavor.http.StreamClosed()
-            self._ended()
-        except self._attempt.dead as exc:
-            # The body is dead: release everything now, on this thread, since a
-            # caller's iter_raw() (for one) does not close a response that raised.
-            self._ending = exc
-            self._close()
-            if self._cut_after_done():
+            yield from self._take_held()
+            if self._broken is not None:
+                self._ending = self._broken
+                self._close()
+                self._raise_if_broken()
+            if self._whole is not None:
+                yield from self._iterate_whole()
                 return
-            error = self._failure(exc)
-            if error is None:
-                raise
-            cause = shown_cause(exc)
-        else:
-            return
-        # Raised out of the handler, so the dead attempt's exception is never the
-        # error's context: its cause is only what shown_cause() keeps.
-        raise error from cause
+            try:
+                for chunk in self._chunks:
+                    self._saw(chunk)
+                    yield chunk
+                if self._closed:
+                    # Closed by another thread while the caller held a chunk: the
+                    # body did not end, so it must not look complete.
+                    raise self._attempt.flavor.http.StreamClosed()
+                self._ended()
+            except self._attempt.dead as exc:
+                # The body is dead: release everything now, on this thread, since a
+                # caller's iter_raw() (for one) does not close a response that raised.
+                self._ending = exc
+                self._close()
+                if self._cut_after_done():
+                    return
+                error = self._failure(exc)
+                if error is None:
+                    raise
+                cause = shown_cause(exc)
+            else:
+                return
+            # Raised out of the handler, so the dead attempt's exception is never the
+            # error's context: its cause is only what shown_cause() keeps.
+            raise error from cause
+        finally:
+            if self._released:  # closed in here, its error built: see _forget
+                self._forget()
 
     def _iterate_whole(self) -> Generator[bytes, None, None]:
         """A resumable stream's reads: whole events, and a resume where it broke."""
@@ -259,6 +264,15 @@ class WatchedStream(ResumingWatch):
             self._release()
         finally:
             self._cancel()
+            self._released = True
+            if not getattr(self._iteration, "gi_running", False):  # else as it unwinds
+                self._forget()
+
+    def _drop(self) -> None:
+        super()._drop()
+        # A read of the closed body finds it ended (and raises StreamClosed).
+        self._inner, self._chunks, self._iteration = None, _SPENT, None
+        del self._send
 
     def _release(self) -> None:
         """Let go of the body and its connection, and report how it ended (once)."""
@@ -306,6 +320,10 @@ class WatchedStream(ResumingWatch):
             logger.info("cancelled %s: %d", request.url.path, response.status_code)
         finally:
             guard.close()
+
+
+#: The chunks of a body that was let go of (``_forget``): none.
+_SPENT: Iterator[bytes] = iter(())
 
 
 def pause(

@@ -217,7 +217,7 @@ def test_fuzz_arbitrary_splits(
     sync: bool,
     data: st.DataObject,
 ) -> None:
-    """Any split of a compressed stream gives the identity body's events and done flag."""
+    """Any split of a compressed stream gives the identity body's events, and the done flag of the scanner fed what each chunk decodes to, one read each."""
     encoding, wbits = coding
     plain = b"".join(events)
     body = plain if wbits is None else compress(events, wbits, sync=sync)
@@ -226,10 +226,14 @@ def test_fuzz_arbitrary_splits(
         st.lists(st.integers(min(low, len(body)), len(body)), max_size=15), label="split points"
     )
     meter = ProgressMeter(encoding)
-    total = feed_all(meter, split_at(body, points))
-    count, done = scanner_count(plain)
-    assert total == meter.events == count
-    assert (meter.done, meter.blind) == (done, False)
+    chunks = split_at(body, points)
+    total = feed_all(meter, chunks)
+    decoder = None if wbits is None else zlib.decompressobj(wbits)
+    reads = SSEScanner()
+    for chunk in chunks:
+        reads.feed(chunk if decoder is None else decoder.decompress(chunk))
+    assert total == meter.events == scanner_count(plain)[0] == reads.events
+    assert (meter.done, meter.blind) == (reads.done, False)
 
 
 # --------------------------------------------------------------------------- blind mode
@@ -282,6 +286,26 @@ def test_corruption_mid_stream_makes_meter_blind(encoding: str, wbits: int) -> N
     assert meter.blind is True
     assert meter.feed(parts[1]) == 1
     assert meter.feed(b"") == 0
+
+
+@pytest.mark.parametrize(
+    ("after", "ended"),
+    [
+        (b"data: y\n\n", False),
+        (b"event: ping\ndata: {}\n\n", False),
+        (b"", True),
+        (b": c\n\n", True),
+    ],
+    ids=["output", "keepalive", "nothing", "comment"],
+)
+def test_a_chunk_inflating_past_one_slice_is_one_read(after: bytes, ended: bool) -> None:
+    """A compressed chunk inflating past the meter's 64 KiB slice is one read: a ``[DONE]`` that ends the first slice ends the stream only if no event follows it in the chunk."""
+    done = b"data: [DONE]\n\n"
+    filler = b": " + b"x" * (SLICE - len(done) - 3) + b"\n"  # one comment line
+    assert len(filler + done) == SLICE
+    meter = ProgressMeter("gzip", heartbeat_events={"ping"})
+    assert meter.feed(compress([filler + done + after], GZIP, sync=False)) >= 1
+    assert (meter.done, meter.blind) == (ended, False)
 
 
 # --------------------------------------------------------------------------- gzip bomb

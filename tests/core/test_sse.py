@@ -29,11 +29,13 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def reference(body: bytes, heartbeats: Collection[str] = ()) -> tuple[int, bool]:
-    """Count progress events in a complete body, the slow and obvious way.
+    """Count progress events in a body read at once, and whether that read ends the stream.
 
     Independent of the scanner: split the whole body into lines with a regex,
     then apply the SSE field rules line by line. The part after the last line
-    ending is an unfinished line and is ignored.
+    ending is an unfinished line and is ignored. The read ends the stream when
+    its last complete event (any event with data, a heartbeat too) is a progress
+    event whose data starts with ``[DONE]``.
     """
     heartbeat_types = {name.encode() for name in heartbeats}
     if body.startswith(BOM):
@@ -44,9 +46,10 @@ def reference(body: bytes, heartbeats: Collection[str] = ()) -> tuple[int, bool]
     for line in lines:
         if not line:
             # An event without a type is of type "message", as the SSE spec defines it.
-            if has_data and (event_type or b"message") not in heartbeat_types:
-                events += 1
-                done = done or first_data.startswith(b"[DONE]")
+            if has_data:
+                progress = (event_type or b"message") not in heartbeat_types
+                events += progress
+                done = progress and first_data.startswith(b"[DONE]")
             has_data, first_data, event_type = False, b"", b""
             continue
         name, colon, value = line.partition(b":")
@@ -59,6 +62,15 @@ def reference(body: bytes, heartbeats: Collection[str] = ()) -> tuple[int, bool]
         elif name == b"event":
             event_type = value
     return events, done
+
+
+def reference_reads(chunks: Iterable[bytes], heartbeats: Collection[str] = ()) -> tuple[int, bool]:
+    """The reference's events and done after ``chunks`` fed as reads: done once a read ended the stream."""
+    fed, done = b"", False
+    for chunk in chunks:
+        fed += chunk
+        done = done or reference(fed, heartbeats)[1]
+    return reference(fed, heartbeats)[0], done
 
 
 def scan(chunks: Iterable[bytes], heartbeats: Collection[str] = ()) -> SSEScanner:
@@ -197,7 +209,9 @@ def test_new_scanner_starts_empty() -> None:
         (b"data: [DONE] trailing\n\n", 1, True),
         (b"data: [DONE]\ndata: more\n\n", 1, True),
         (b"data: x\n\ndata: [DONE]\n\n", 2, True),
-        (b"data: [DONE]\n\ndata: x\n\n", 2, True),
+        (b"data: [DONE]\n\ndata: x\n\n", 2, False),
+        (b"data: [DONE]\n\n: comment\n\nid: 1\n\n", 1, True),
+        (b"data: [DONE]\n\ndata: x", 1, True),
         (b"event: done\nid: 9\ndata: [DONE]\n\n", 1, True),
         (b"data: [DONE]\r\n\r\n", 1, True),
         (b"data: [DONE]\r\r", 1, True),
@@ -218,7 +232,7 @@ def test_new_scanner_starts_empty() -> None:
     ids=repr,
 )
 def test_done_event(body: bytes, events: int, done: bool) -> None:
-    """``done`` is set once a complete event's data starts with ``[DONE]`` (one optional space)."""
+    """A read ends the stream when its last complete event's data starts with ``[DONE]`` (one optional space); comments and an unfinished event after it change nothing."""
     scanner = scan([body])
     assert (scanner.events, scanner.done) == (events, done)
 
@@ -231,6 +245,66 @@ def test_done_is_set_only_when_the_event_completes(ending: bytes) -> None:
     assert scanner.done is False
     assert scanner.feed(ending) == 1
     assert scanner.done is True
+
+
+@pytest.mark.parametrize(
+    ("after", "progress"),
+    [
+        (b"data: x\n\n", 1),
+        (b"data: x\r\n\r\n", 1),
+        (b"data: x\r\r", 1),
+        (b"event: ping\ndata: {}\n\n", 0),
+        (b"event: delta\ndata: {}\n\n", 1),
+    ],
+    ids=["output", "crlf", "cr", "keepalive", "typed"],
+)
+def test_an_end_followed_by_an_event_in_the_same_read_is_no_end(
+    after: bytes, progress: int
+) -> None:
+    """A ``[DONE]`` followed in the same read by any complete event, a keepalive too, does not end the stream; a later read that ends in one does."""
+    scanner = SSEScanner(("ping",))
+    assert scanner.feed(b"data: x\n\ndata: [DONE]\n\n" + after) == 2 + progress
+    assert scanner.done is False
+    assert scanner.feed(b"data: [DONE]\n\n") == 1
+    assert scanner.done is True
+
+
+@pytest.mark.parametrize(
+    "after",
+    [b": keepalive\n\n", b"id: 7\n\n", b"event: ping\n\n", b"\n\n\n", b"data: x", b"data: x\n"],
+    ids=["comment", "id only", "type only", "blank lines", "unfinished", "unfinished line"],
+)
+def test_what_is_no_event_after_an_end_leaves_it_the_end(after: bytes) -> None:
+    """Comments, fields without data, blank lines and an unfinished event after a ``[DONE]`` in its read leave the stream ended."""
+    scanner = SSEScanner(("ping",))
+    assert scanner.feed(b"data: x\n\ndata: [DONE]\n\n" + after) == 2
+    assert scanner.done is True
+
+
+def test_done_stays_true_after_the_read_that_ended_the_stream() -> None:
+    """Once a read ended in ``[DONE]``, events read after it leave the stream ended."""
+    scanner = SSEScanner(("ping",))
+    scanner.feed(b"data: [DONE]\n\n")
+    assert scanner.feed(b"data: x\n\nevent: ping\ndata: {}\n\n") == 1
+    assert (scanner.events, scanner.done) == (2, True)
+
+
+def test_an_end_completed_in_a_read_with_more_events_is_no_end() -> None:
+    """A ``[DONE]`` begun in one read and completed in the next, which holds another event, does not end the stream."""
+    scanner = SSEScanner()
+    assert scanner.feed(b"data: [DO") == 0
+    assert scanner.feed(b"NE]\n\ndata: x\n\n") == 2
+    assert scanner.done is False
+
+
+def test_every_read_of_one_event_is_judged_alone() -> None:
+    """Fed one event per read, as a stream read as it comes arrives, a ``[DONE]`` ends the stream at its own read."""
+    scanner = SSEScanner()
+    assert [scanner.feed(b"data: x\n\n"), scanner.feed(b"data: [DONE]\n\n")] == [1, 1]
+    assert scanner.done is True
+    scanner = SSEScanner()
+    assert scanner.feed(b"data: [DONE]\n\n" + b"data: x\n\n") == 2
+    assert scanner.done is False
 
 
 # --------------------------------------------------------------------------- line endings
@@ -703,17 +777,19 @@ def _check_chunking(body: bytes, heartbeats: Collection[str], points: list[int])
     assert (whole.events, whole.done) == expected
 
     scanner = SSEScanner(heartbeats)
-    fed, total = b"", 0
+    fed, total, done = b"", 0, False
     for chunk in split_at(body, points):
         total += scanner.feed(chunk)
         fed += chunk
-        # Incremental: after every chunk the scanner agrees with the
-        # reference on exactly the bytes seen so far.
-        assert (scanner.events, scanner.done) == reference(fed, heartbeats)
+        # Incremental: after every chunk the scanner agrees with the reference on
+        # exactly the bytes seen so far, read by read (done once a read ended it).
+        events, ended = reference(fed, heartbeats)
+        done = done or ended
+        assert (scanner.events, scanner.done) == (events, done)
     assert total == scanner.events == whole.events
 
     one_byte = scan(bytewise(body), heartbeats)
-    assert (one_byte.events, one_byte.done) == expected
+    assert (one_byte.events, one_byte.done) == reference_reads(bytewise(body), heartbeats)
 
 
 @settings(max_examples=300, deadline=None)
@@ -721,7 +797,7 @@ def _check_chunking(body: bytes, heartbeats: Collection[str], points: list[int])
 def test_fuzz_chunked_equals_whole_equals_reference(
     body: bytes, heartbeats: tuple[str, ...], data: st.DataObject
 ) -> None:
-    """Any SSE body split anywhere counts the same as whole and as the reference implementation."""
+    """Any SSE body split anywhere counts the same as whole and as the reference implementation, and ends where the reference's reads do."""
     points = data.draw(st.lists(st.integers(0, len(body)), max_size=12), label="split points")
     _check_chunking(body, heartbeats, points)
 
@@ -746,11 +822,14 @@ def test_fuzz_arbitrary_bytes_never_raise(
         (BOM + BOM + b"data: a\n\n", (0, False)),
         (b"event: ping\ndata: a\n\n", (0, False)),
         (b"data: x\ndata: [DONE]\n\n", (1, False)),
+        (b"data: [DONE]\n\ndata: x\n\n", (2, False)),
+        (b"data: [DONE]\n\nevent: ping\ndata: a\n\n", (1, False)),
+        (b"data: [DONE]\n\n: c\n\nid: 1\n\ndata: a", (1, True)),
     ],
     ids=repr,
 )
 def test_reference_implementation(body: bytes, expected: tuple[int, bool]) -> None:
-    """The test's reference implementation itself follows the SSE rules on known cases."""
+    """The test's reference implementation itself follows the SSE rules and the end rule on known cases."""
     assert reference(body, ["ping"]) == expected
 
 
@@ -759,7 +838,7 @@ def test_reference_implementation(body: bytes, expected: tuple[int, bool]) -> No
     [
         (b"data: a\n\n" * 50, 50, False),
         (b"data: a\n\n" * 3 + b"data: [DONE]\n\n", 4, True),
-        (b"data: a\n\n" * 3 + b"data:[DONE]\n\n" + b"data: b\n\n", 5, True),
+        (b"data: a\n\n" * 3 + b"data:[DONE]\n\n" + b"data: b\n\n", 5, False),
         (b"id: 7\ndata: a\n\n" + b"data: b\n\n" * 2, 3, False),
         (b": keepalive\n\n" + b"data: a\n\n" * 2 + b": keepalive\n\n", 2, False),
         (b"data\n\n" + b"data: a\n\n", 2, False),
@@ -771,14 +850,17 @@ def test_reference_implementation(body: bytes, expected: tuple[int, bool]) -> No
 def test_plain_event_runs_count_exactly_however_split(
     body: bytes, events: int, done: bool
 ) -> None:
-    """The C-speed path over runs of plain data events agrees with line-by-line scanning at every split."""
+    """The C-speed path over runs of plain data events agrees with line-by-line scanning at every split, and the whole body read at once ends the stream only at a final ``[DONE]``."""
     for size in (1, 2, 3, 7, 16, len(body)):
         scanner = SSEScanner(heartbeat_events={"ping"})
-        total = sum(scanner.feed(body[i : i + size]) for i in range(0, len(body), size))
-        assert (total, scanner.events, scanner.done) == (events, events, done), size
+        chunks = [body[i : i + size] for i in range(0, len(body), size)]
+        total = sum(scanner.feed(chunk) for chunk in chunks)
+        assert (total, scanner.done) == reference_reads(chunks, {"ping"}), size
+        assert (total, scanner.events) == (events, events), size
         # The same body with CRLF endings takes the line-by-line path only.
         crlf = SSEScanner(heartbeat_events={"ping"})
         assert crlf.feed(body.replace(b"\n", b"\r\n")) == events
+    assert scan([body], {"ping"}).done is done
 
 
 # --------------------------------------------------------------------------- long runs of events
@@ -807,17 +889,50 @@ def test_a_long_run_of_events_in_one_chunk_is_progress_without_a_count() -> None
     assert 1 < scanner.events < 201
 
 
-@pytest.mark.parametrize(
-    "done",
-    [b"data: [DONE]\n\n", b"data:[DONE] and more\n\n", b"event: x\r\ndata: [DONE]\r\n\r\n"],
-    ids=["plain", "prefix", "typed-crlf"],
-)
-def test_an_end_among_a_long_run_of_events_is_seen(done: bytes) -> None:
-    """A ``[DONE]`` in the middle of a long run, with more events after it in the same chunk, ends the stream, and the run is counted."""
+ENDS = [b"data: [DONE]\n\n", b"data:[DONE] and more\n\n", b"event: x\r\ndata: [DONE]\r\n\r\n"]
+END_IDS = ["plain", "prefix", "typed-crlf"]
+
+
+@pytest.mark.parametrize("done", ENDS, ids=END_IDS)
+def test_an_end_among_a_long_run_of_events_is_no_end(done: bytes) -> None:
+    """A ``[DONE]`` in the middle of a long run, with more events after it in the same chunk, does not end the stream, and the run is not read one by one."""
     scanner = _burst(BURST + done + BURST + b"data: tail")
+    assert not scanner.done
+    assert not scanner.counted
+    scanner.feed(b"\n\ndata: [DONE]\n\n")
     assert scanner.done
-    assert scanner.counted
-    assert scanner.events == 1 + 200 + 1 + 200
+
+
+@pytest.mark.parametrize("done", ENDS, ids=END_IDS)
+def test_a_long_run_ending_in_an_end_ends_the_stream(done: bytes) -> None:
+    """A long run of events whose last complete event is a ``[DONE]`` ends the stream, its run unread."""
+    scanner = _burst(BURST + done + b"data: unfinished")
+    assert scanner.done
+    assert not scanner.counted
+
+
+@pytest.mark.parametrize(
+    "after",
+    [b"event: ping\ndata: {}\n\n", b"event: ping\ndata: {}\n\n: comment\n\n\n"],
+    ids=["keepalive", "keepalive-comment"],
+)
+def test_a_long_run_ending_in_an_end_then_a_keepalive_is_no_end(after: bytes) -> None:
+    """A long run whose ``[DONE]`` is followed by a keepalive in the same chunk does not end the stream; the run is read for its progress."""
+    scanner = _burst(BURST + b"data: [DONE]\n\n" + after)
+    assert not scanner.done
+    assert (scanner.counted, scanner.events, scanner.heartbeats) == (True, 202, 1)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [b": keepalive\n\n", b"id: 7\nretry: 5\n\n", b"event: ping\n\n\n\n"],
+    ids=["comment", "fields", "type only"],
+)
+def test_a_long_run_ending_in_an_end_then_no_event_ends_the_stream(after: bytes) -> None:
+    """A long run whose ``[DONE]`` is followed in the chunk only by blocks without data (no events) ends the stream."""
+    scanner = _burst(BURST + b"data: [DONE]\n\n" + after)
+    assert scanner.done
+    assert scanner.events == 202
 
 
 def test_a_long_run_whose_last_event_is_a_keepalive_is_read_for_its_progress() -> None:

@@ -113,15 +113,20 @@ def parse_events(stream: bytes) -> list[tuple[str, str]]:
 
 
 def reference(stream: bytes, heartbeats: Collection[str] = ()) -> tuple[int, bool]:
-    """Progress events in ``stream`` and whether it is done, per the scanner's documented contract.
+    """Progress events in ``stream``, and whether ``stream`` read at once ends it, per the scanner's documented contract.
 
-    A progress event is a dispatched event whose type is not a heartbeat type;
-    ``done`` is whether a progress event's data starts with ``[DONE]``, which is
-    the openai SDK's own test (``sse.data.startswith("[DONE]")``): its first data
-    line's value starts with ``[DONE]``. A heartbeat event never sets ``done``.
+    A progress event is a dispatched event whose type is not a heartbeat type. The
+    end rule: a read ends the stream when the last event it dispatches (whatever
+    its type: a heartbeat too) is a progress event whose data starts with
+    ``[DONE]``, which is the openai SDK's own test (``sse.data.startswith("[DONE]")``):
+    its first data line's value starts with ``[DONE]``. Read in several reads, a
+    stream is done once one of them ended it (the checks below carry that along).
     """
-    progress = [data for kind, data in parse_events(stream) if kind not in heartbeats]
-    return len(progress), any(data.startswith("[DONE]") for data in progress)
+    events = parse_events(stream)
+    progress = [data for kind, data in events if kind not in heartbeats]
+    last = events[-1] if events else None
+    ends = last is not None and last[0] not in heartbeats and last[1].startswith("[DONE]")
+    return len(progress), ends
 
 
 class PrefixReference:
@@ -138,7 +143,7 @@ class PrefixReference:
         self._answers: dict[int, tuple[int, bool]] = {}
 
     def at(self, end: int) -> tuple[int, bool]:
-        """The reference's (events, done) for ``stream[:end]``."""
+        """The reference's (events, whether a read ending there ends the stream) for ``stream[:end]``."""
         cut = max(self._stream.rfind(b"\n", 0, end), self._stream.rfind(b"\r", 0, end)) + 1
         if cut not in self._answers:
             self._answers[cut] = reference(self._stream[:cut], self._heartbeats)
@@ -372,6 +377,9 @@ def test_parse_events_follows_the_specification(
         (b"data:  [DONE]\n\n", (), (1, False)),
         (b"data: x\ndata: [DONE]\n\n", (), (1, False)),
         (b"data: [DONE]\ndata: x\n\n", (), (1, True)),
+        (b"data: [DONE]\n\ndata: x\n\n", (), (2, False)),
+        (b"data: [DONE]\n\nevent: ping\ndata: {}\n\n", ("ping",), (1, False)),
+        (b"data: [DONE]\n\n: c\n\nevent: ping\n\ndata: x", ("ping",), (1, True)),
         (b"data: [DONE]\n", (), (0, False)),
         (b"event: ping\ndata: [DONE]\n\n", ("ping",), (0, False)),
         (b"data: {}\nevent: ping\n\n", ("ping",), (0, False)),
@@ -385,7 +393,7 @@ def test_parse_events_follows_the_specification(
 def test_reference_counts_progress_and_done(
     stream: bytes, heartbeats: tuple[str, ...], expected: tuple[int, bool]
 ) -> None:
-    """The reference counts non-heartbeat events and is done once such an event's data starts with ``[DONE]``."""
+    """The reference counts non-heartbeat events, and a read ends the stream when its last event, of any type, is such an event whose data starts with ``[DONE]``."""
     assert reference(stream, heartbeats) == expected
 
 
@@ -415,7 +423,7 @@ def assert_agrees(
     before: int,
     where: str,
 ) -> None:
-    """After a chunk: the decisions (progress in it, ``done``) are the reference's; the counts too while they are exact, else never above it."""
+    """After a chunk: the decisions (progress in it, ``done``: the reads so far ended the stream) are the reference's; the counts too while they are exact, else never above it."""
     events, done = expected
     assert counts.done == done, f"done after {where}"
     assert (completed > 0) == (events > before), f"progress in {where}"
@@ -446,10 +454,12 @@ def check_scanner(
 ) -> None:
     """Feed ``stream`` in chunks ending at ``ends``; compare with the reference after each."""
     scanner = SSEScanner(heartbeats)
-    total, before = 0, 0
+    total, before, done = 0, 0, False
     for i, (end, chunk) in enumerate(zip(ends, chunks_of(stream, ends), strict=True)):
         completed = scanner.feed(chunk)
-        assert_agrees(scanner, completed, expected.at(end), before, f"chunk {i} ({chunk!r})")
+        events, ended = expected.at(end)
+        done = done or ended
+        assert_agrees(scanner, completed, (events, done), before, f"chunk {i} ({chunk!r})")
         assert_bounded(scanner)
         total += completed
         before = expected.at(end)[0]
@@ -482,6 +492,7 @@ def test_scanner_state_stays_bounded_on_long_input(
     for start in range(0, len(stream), step):
         scanner.feed(stream[start : start + step])
         assert_bounded(scanner)
+    # At most one event (the head's): however it is read, its read's last event.
     assert (scanner.events, scanner.done) == reference(stream, heartbeats)
 
 
@@ -538,14 +549,16 @@ def check_meter(
     reference_decoder = None if wbits is None else zlib.decompressobj(wbits)
     expected = PrefixReference(stream, heartbeats)
     meter = ProgressMeter(encoding, heartbeat_events=heartbeats)
-    decoded, total, before = 0, 0, 0
+    decoded, total, before, done = 0, 0, 0, False
     for i, chunk in enumerate(chunks_of(body, ends)):
-        completed = meter.feed(chunk)
+        completed = meter.feed(chunk)  # one read, however many slices it inflates to
         piece = chunk if reference_decoder is None else reference_decoder.decompress(chunk)
         assert stream[decoded : decoded + len(piece)] == piece
         decoded += len(piece)
         assert not meter.blind, f"blind after chunk {i} ({chunk!r})"
-        assert_agrees(meter, completed, expected.at(decoded), before, f"chunk {i} ({chunk!r})")
+        events, ended = expected.at(decoded)
+        done = done or ended
+        assert_agrees(meter, completed, (events, done), before, f"chunk {i} ({chunk!r})")
         assert_bounded(meter._scanner)
         total += completed
         before = expected.at(decoded)[0]

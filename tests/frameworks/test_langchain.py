@@ -12,7 +12,10 @@ mid-stream stall comes out as ``StreamChunkTimeoutError`` with nothing of ours i
 chain; the recipe passes ``stream_chunk_timeout=None``. The timer never covers the wait for
 the first event (the transport returns the response only once that event is in), so the
 re-send before it survives the timer either way. ChatAnthropic has no client parameter:
-the recipe overrides its two client properties.
+the recipe overrides its two client properties. Its mid-stream stall is our
+``StreamStalled`` itself on anthropic releases before 2.17; from 2.17, which wraps it in
+``anthropic.APITimeoutError``, it is langchain_anthropic's ``AnthropicTimeoutError`` (a
+``ModelTimeoutError``) with ours two ``__cause__`` links down.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from _frameworks_support import (
     interrupt_at,
     interrupting,
 )
-from _support import PROMPT, assert_prompt
+from _support import PROMPT, anthropic_wraps_body_errors, assert_prompt
 
 langchain_openai = framework("langchain_openai")
 langchain_anthropic = framework("langchain_anthropic")
@@ -295,16 +298,31 @@ def _lc_claude(server: FaultServer) -> Iterator[Any]:
         llm._client.close()
 
 
-def test_lc_anthropic_streams_and_a_mid_stream_stall_is_ours_unwrapped(
+def _lc_claude_stall(exc: BaseException) -> StreamStalled:
+    """The stall ChatAnthropic raised mid-stream: itself before anthropic 2.17; from 2.17 its
+    AnthropicTimeoutError's cause's cause (anthropic's APITimeoutError between)."""
+    if not anthropic_wraps_body_errors():
+        assert isinstance(exc, StreamStalled), repr(exc)
+        return exc
+    assert isinstance(exc, langchain_anthropic.chat_models.AnthropicTimeoutError), repr(exc)
+    assert isinstance(exc, ModelTimeoutError)
+    assert type(exc.__cause__) is anthropic.APITimeoutError, repr(exc.__cause__)
+    stall = exc.__cause__.__cause__
+    assert isinstance(stall, StreamStalled), repr(stall)
+    assert stream_error(exc) is stall
+    return stall
+
+
+def test_lc_anthropic_streams_and_a_mid_stream_stall_is_ours_or_two_deep(
     server: FaultServer,
 ) -> None:
-    """ChatAnthropic.stream() on the watchdog streams whole; silent after its first text, it raises our StreamStalled itself."""
+    """ChatAnthropic.stream() on the watchdog streams whole; silent after its first text, it raises our StreamStalled (anthropic 2.17+: an AnthropicTimeoutError with ours two deep)."""
     with _lc_claude(server) as llm:
         assert "".join(chunk.text for chunk in llm.stream("hi")) == "hello world"
         server.scenario = Scenario.silent_after(4)  # message_start, block start, ping, "hello"
-        with pytest.raises(StreamStalled) as caught:
+        with pytest.raises((StreamStalled, anthropic.APITimeoutError)) as caught:
             _lc_drain(llm.stream("hi"), [])
-    assert caught.value.stage == "mid_stream"
+    assert _lc_claude_stall(caught.value).stage == "mid_stream"
     assert [r.path for r in server.requests] == ["/v1/messages"] * 2
 
 

@@ -1,4 +1,9 @@
-"""The Anthropic SDK over the httpx2 flavor: messages stream through the watchdog, pings are no progress."""
+"""The Anthropic SDK over the httpx2 flavor: messages stream through the watchdog, pings are no progress.
+
+An error of ours raised while iterating a stream's body reaches a bare client as it is on
+anthropic releases before 2.17, and from 2.17 wrapped: a stall in ``APITimeoutError``, an
+interrupt in ``APIConnectionError``, ours as ``__cause__`` (``anthropic_body_error``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import pytest
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 from hermes_transport.testing import MESSAGES_PATH, FaultServer, Scenario
 
-from _support import PROMPT, Flavor, assert_prompt, interrupt_when
+from _support import PROMPT, Flavor, anthropic_body_error, assert_prompt, interrupt_when
 
 # anthropic 2.x and httpx2 need Python 3.11+.
 anthropic = pytest.importorskip("anthropic")
@@ -75,18 +80,22 @@ def test_a_message_streams_through_the_watchdog(server: FaultServer, sdk: Any) -
 def test_a_message_that_only_pings_after_its_first_events_stalls(
     server: FaultServer, sdk: Any
 ) -> None:
-    """Pings after the first content are keepalives: the stream is cut one budget after it."""
+    """Pings after the first content are keepalives: the stream is cut one budget after it, our mid_stream StreamStalled (anthropic 2.17+: as the cause of its APITimeoutError)."""
     server.scenario = _pings_after(4)
     client = sdk(StreamPolicy(stale_timeout=BUDGET, first_event_timeout=5.0))
     seen: list[str] = []
     started = time.monotonic()
-    with pytest.raises(StreamStalled) as info, client.messages.stream(**MESSAGE) as stream:
+    with (
+        pytest.raises((StreamStalled, anthropic.APIConnectionError)) as info,
+        client.messages.stream(**MESSAGE) as stream,
+    ):
         seen.extend(event.type for event in stream)
     took = time.monotonic() - started
-    assert type(info.value) is ht2.StreamStalled
-    assert info.value.stage == "mid_stream"
+    stall = anthropic_body_error(info.value, ht2.StreamStalled)
+    assert type(stall) is ht2.StreamStalled
+    assert stall.stage == "mid_stream"
     # Neither the pings nor message_start and the empty block's start were progress.
-    assert "after 1 event(s)" in str(info.value)
+    assert "after 1 event(s)" in str(stall)
     assert seen[:3] == ["message_start", "content_block_start", "content_block_delta"]
     assert BUDGET <= took < BUDGET + PROMPT
 
@@ -112,18 +121,19 @@ def test_a_message_that_only_pings_is_re_sent_then_stalls(
 def test_pings_are_progress_when_no_heartbeat_events_are_configured(
     server: FaultServer, sdk: Any
 ) -> None:
-    """With heartbeat_events empty a pinging stream counts as alive, until the server hangs up."""
+    """With heartbeat_events empty a pinging stream counts as alive until the server hangs up: a plain protocol error (anthropic 2.17+: in its APIConnectionError), no stall."""
     server.scenario = replace(_pings_after(2), hold=3 * BUDGET)
     client = sdk(StreamPolicy(stale_timeout=BUDGET, heartbeat_events=frozenset()))
     started = time.monotonic()
     # The server hangs up after `hold`: a plain protocol error, not a stall.
     with (
-        pytest.raises(httpx2.RemoteProtocolError) as info,
+        pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError)) as info,
         client.messages.stream(**MESSAGE) as stream,
     ):
         for _ in stream:
             pass
-    assert not isinstance(info.value, StreamStalled)
+    hang_up = anthropic_body_error(info.value, httpx2.RemoteProtocolError)
+    assert not isinstance(hang_up, StreamStalled)
     assert time.monotonic() - started >= 3 * BUDGET
 
 
@@ -173,7 +183,7 @@ async def _read_all(client: Any) -> None:
 async def test_an_async_message_streams_and_a_pinging_one_stalls(
     server: FaultServer, sdk: Any
 ) -> None:
-    """anthropic.AsyncAnthropic over ht2.async_http_client_for streams, and pings do not keep it alive."""
+    """anthropic.AsyncAnthropic over ht2.async_http_client_for streams, and pings do not keep it alive: our mid_stream StreamStalled (2.17+: as its APITimeoutError's cause)."""
     client = sdk(StreamPolicy(stale_timeout=BUDGET, first_event_timeout=5.0), is_async=True)
     try:
         assert isinstance(client._client._transport, ht2.AsyncWatchdogTransport)
@@ -181,11 +191,12 @@ async def test_an_async_message_streams_and_a_pinging_one_stalls(
             assert await stream.get_final_text() == "hello world"
         server.scenario = _pings_after(4)
         started = time.monotonic()
-        with pytest.raises(StreamStalled) as info:
+        with pytest.raises((StreamStalled, anthropic.APIConnectionError)) as info:
             await _read_all(client)
         took = time.monotonic() - started
-        assert type(info.value) is ht2.StreamStalled
-        assert info.value.stage == "mid_stream"
+        stall = anthropic_body_error(info.value, ht2.StreamStalled)
+        assert type(stall) is ht2.StreamStalled
+        assert stall.stage == "mid_stream"
         assert BUDGET <= took < BUDGET + PROMPT
     finally:
         await client.close()
@@ -203,15 +214,20 @@ INTERRUPT_POINTS = {
 def test_an_interrupt_bound_around_a_plain_clients_call_ends_it_at_once(
     server: FaultServer, point: str, is_async: bool
 ) -> None:
-    """A plain anthropic client with its default max_retries, interrupted under bind() before its headers or mid-stream: StreamInterrupted at once, one request."""
+    """A plain anthropic client with its default max_retries, interrupted under bind() before its headers or mid-stream, ends at once after one request: StreamInterrupted (mid-stream on 2.17+: as its APIConnectionError's cause)."""
     scenario, stage = INTERRUPT_POINTS[point]
     server.scenario = scenario
     token = Interrupt()
     sdk: dict[str, Any] = {"base_url": server.base_url.removesuffix("/v1"), "api_key": "k"}
     when = interrupt_when(token, lambda: len(server.requests) == 1, delay=0.3)
-    with token.bind(), pytest.raises(StreamInterrupted) as info:
+    with token.bind(), pytest.raises((StreamInterrupted, anthropic.APIConnectionError)) as info:
         _call_a_plain_client(sdk, is_async=is_async)
-    assert_prompt(when, info.value, stage)
+    if stage == "headers":  # raised by the request: an AnthropicError, let through as it is
+        assert isinstance(info.value, StreamInterrupted), repr(info.value)
+        interrupt = info.value
+    else:
+        interrupt = anthropic_body_error(info.value, StreamInterrupted)
+    assert_prompt(when, interrupt, stage)
     assert len(server.requests) == 1
 
 
