@@ -56,8 +56,10 @@ FiredKind = Literal["stalled", "interrupted", "closed"]
 #: A deadline that passes while the server's bytes wait unread in the socket,
 #: or while the reader is not waiting in a read, shows the caller behind (a busy
 #: thread or loop), not the server silent: the guard looks again this often, for
-#: at most CALLER_LAG_LIMIT past the deadline, before it fires.
-CALLER_LAG_RECHECK = 0.05
+#: at most CALLER_LAG_LIMIT past the deadline, before it fires. Short: a keepalive
+#: that has just arrived shows its reader behind for a moment, which must not put a
+#: real stall off long (a look costs a lock and a zero-timeout poll).
+CALLER_LAG_RECHECK = 0.005
 CALLER_LAG_LIMIT = 1.0
 #: A caller seen behind and then waiting is looked at once more, this soon: its
 #: thread may have been just back from the socket with bytes it had not judged.
