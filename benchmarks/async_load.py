@@ -41,9 +41,8 @@ from hermes_transport.testing import Scenario
 
 from . import variants
 from .flavor import http
-from .measure import gc_stats
+from .measure import alternating, gc_stats
 from .process_state import raise_fd_limit, reset_peak_rss, status_bytes
-from .progress import say
 from .server import ServerProcess
 from .variants import Variant
 
@@ -280,18 +279,18 @@ def _in_fresh_process(variant: Variant, load: Load, n: int) -> Sample:
 
 def measure(load: Load, streams: int) -> dict[Variant, list[Sample]]:
     """``load.rounds`` samples of each client, alternating (the first turning each round)."""
-    samples: dict[Variant, list[Sample]] = {v: [] for v in CLIENTS}
-    for number in range(load.rounds):
-        for variant in CLIENTS if number % 2 == 0 else CLIENTS[::-1]:
-            sample = _in_fresh_process(variant, load, streams)
-            samples[variant].append(sample)
-            say(
-                f"async {load.key} {streams:,} streams, round {number + 1}/{load.rounds},"
-                f" {variant}: CPU {sample.cpu:.2f} s, all open after {sample.open_s:.1f} s,"
-                f" first done after {sample.first_end_s:.1f} s, peak {sample.peak_open:,},"
-                f" gen-2 {sample.gen2} ({sample.gen2_s:.2f} s)"
-            )
-    return samples
+
+    def said(number: int, variant: Variant, sample: Sample) -> str:
+        return (
+            f"async {load.key} {streams:,} streams, round {number + 1}/{load.rounds},"
+            f" {variant}: CPU {sample.cpu:.2f} s, all open after {sample.open_s:.1f} s,"
+            f" first done after {sample.first_end_s:.1f} s, peak {sample.peak_open:,},"
+            f" gen-2 {sample.gen2} ({sample.gen2_s:.2f} s)"
+        )
+
+    return alternating(
+        load.rounds, CLIENTS, lambda variant: _in_fresh_process(variant, load, streams), said
+    )
 
 
 def median(samples: list[Sample], name: str) -> float:

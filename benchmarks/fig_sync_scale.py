@@ -37,9 +37,8 @@ from hermes_transport.testing import Scenario
 from . import variants
 from .async_load import BODY, CLIENTS, HEADERS, SPARE_FDS, WARMUP
 from .flavor import http
-from .measure import fmt_s, gc_stats
+from .measure import alternating, fmt_s, gc_stats
 from .process_state import raise_fd_limit
-from .progress import say
 from .report import Row, Verdict
 from .server import ServerProcess
 from .variants import Variant
@@ -262,14 +261,15 @@ def run(quick: bool) -> list[Row]:
     load = QUICK if quick else FULL
     limit = raise_fd_limit(load.streams + SPARE_FDS)  # the server's process inherits it
     n = min(load.streams, limit - SPARE_FDS)
-    samples: dict[Variant, list[Sample]] = {v: [] for v in CLIENTS}
-    for number in range(load.rounds):
-        for variant in CLIENTS if number % 2 == 0 else CLIENTS[::-1]:
-            sample = _in_fresh_process(variant, load, n)
-            samples[variant].append(sample)
-            say(
-                f"sync {n:,} streams, round {number + 1}/{load.rounds}, {variant}: CPU"
-                f" {sample.cpu:.2f} s, all open after {sample.open_s:.1f} s, peak"
-                f" {sample.peak_open:,}, threads beyond the callers' {sample.extra_threads}"
-            )
+
+    def said(number: int, variant: Variant, sample: Sample) -> str:
+        return (
+            f"sync {n:,} streams, round {number + 1}/{load.rounds}, {variant}: CPU"
+            f" {sample.cpu:.2f} s, all open after {sample.open_s:.1f} s, peak"
+            f" {sample.peak_open:,}, threads beyond the callers' {sample.extra_threads}"
+        )
+
+    samples = alternating(
+        load.rounds, CLIENTS, lambda variant: _in_fresh_process(variant, load, n), said
+    )
     return [_row(load, n, samples)]

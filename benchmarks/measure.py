@@ -6,11 +6,15 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+from .progress import say
 
 __all__ = [
     "GcStats",
+    "alternating",
     "causes",
     "distribution",
     "fmt_ms",
@@ -145,3 +149,23 @@ def gc_stats() -> GcStats:
     clock = _clock()
     runs, seconds = clock.runs, clock.cpu
     return GcStats((runs[0], runs[1], runs[2]), (seconds[0], seconds[1], seconds[2]))
+
+
+_Variant = TypeVar("_Variant")
+_Sample = TypeVar("_Sample")
+
+
+def alternating(
+    rounds: int,
+    clients: tuple[_Variant, _Variant],
+    sample: Callable[[_Variant], _Sample],
+    said: Callable[[int, _Variant, _Sample], str],
+) -> dict[_Variant, list[_Sample]]:
+    """``rounds`` samples of each client, the first of them turning each round, each
+    reported as it comes (``said(round, client, sample)``)."""
+    samples: dict[_Variant, list[_Sample]] = {client: [] for client in clients}
+    for number in range(rounds):
+        for client in clients if number % 2 == 0 else clients[::-1]:
+            samples[client].append(one := sample(client))
+            say(said(number, client, one))
+    return samples
