@@ -27,6 +27,7 @@ import openai
 import hermes_transport
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
 from hermes_transport._core import sse
+from hermes_transport._core.progress import stream_asked
 from hermes_transport.testing import Scenario
 
 # One of each setting the factories must hand to the inner transport.
@@ -539,3 +540,9 @@ def events_read_one_by_one_up_to(size: int) -> Iterator[None]:
     """Meanwhile the scanner reads runs of complete events up to ``size`` bytes one by one."""
     with mock.patch.object(sse, "_SMALL_MIDDLE", size):
         yield
+
+
+def streaming_json(body: bytes | None) -> dict[str, Any] | None:
+    """``body``'s top-level JSON object as the exchange parses it once for a streaming
+    request (``None``: no body, not JSON, not an object), for what reads it."""
+    return stream_asked("text/event-stream", "application/json", body)[1]

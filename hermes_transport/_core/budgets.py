@@ -18,7 +18,6 @@ as it is, rules and floors aside: that user asked for that bound.
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import re
 import reprlib
@@ -243,19 +242,10 @@ _RULES_KEPT = 256
 DEFAULT_BUDGET_RULES: Final = BudgetRules()
 
 
-def model_of(body: bytes | Mapping[str, Any] | None) -> str | None:
-    """The ``"model"`` a JSON request body names (its bytes, or its object already parsed),
-    if it is one that does."""
-    if isinstance(body, Mapping):
-        payload: object = body
-    elif not body or b'"model"' not in body:
-        return None
-    else:
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            return None
-    model = payload.get("model") if isinstance(payload, Mapping) else None
+def model_of(payload: Mapping[str, Any] | None) -> str | None:
+    """The ``"model"`` a request's top-level JSON object names (``progress.stream_asked``
+    parses it), if it is one that does."""
+    model = payload.get("model") if payload is not None else None
     return model if isinstance(model, str) and model else None
 
 

@@ -152,10 +152,10 @@ class Resumable:
 
 
 def resumable_for(
-    request: httpx.Request, wire: Wire, body: bytes | Mapping[str, Any] | None, http: Any
+    request: httpx.Request, wire: Wire, payload: Mapping[str, Any] | None, http: Any
 ) -> Resumable | None:
-    """The resumable stream ``request`` asks for, if it does (``body``: its bytes, or its JSON
-    object already parsed, if known)."""
+    """The resumable stream ``request`` asks for, if it does (``payload``: its body's
+    top-level JSON object, if known: ``progress.stream_asked`` parses it)."""
     if wire != "responses":
         return None
     url = request.url
@@ -169,18 +169,7 @@ def resumable_for(
         value = url.params.get("starting_after", "")
         after = int(value) if value.isdigit() else -1
         return Resumable(request, response_id, after, http)
-    if request.method != "POST" or not body:
-        return None
-    if isinstance(body, Mapping):
-        payload: object = body
-    elif b'"background"' not in body:
-        return None
-    else:
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            return None
-    if not isinstance(payload, Mapping) or payload.get("background") is not True:
+    if request.method != "POST" or payload is None or payload.get("background") is not True:
         return None
     return Resumable(request, None, -1, http)
 

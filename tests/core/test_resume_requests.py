@@ -22,7 +22,7 @@ from hermes_transport._core.resume import (
 )
 from hermes_transport._core.wires import wire_of
 
-from _support import Flavor
+from _support import Flavor, streaming_json
 
 # Pure logic: the same under every openai major (see the `once` marker).
 pytestmark = pytest.mark.once
@@ -60,7 +60,7 @@ def request(flavor: Flavor, method: str, url: str, body: str | None = None) -> A
 def resumable(flavor: Flavor, method: str, url: str, body: str | None = None) -> Resumable | None:
     """What ``resumable_for`` says of that request, on the wire its path speaks."""
     sent = request(flavor, method, url, body)
-    return resumable_for(sent, wire_of(sent.url.path), sent.content, flavor.http)
+    return resumable_for(sent, wire_of(sent.url.path), streaming_json(sent.content), flavor.http)
 
 
 def created(flavor: Flavor, url: str = BASE + "/responses?api-version=2025-04-01") -> Resumable:
@@ -75,7 +75,7 @@ def created(flavor: Flavor, url: str = BASE + "/responses?api-version=2025-04-01
 def test_a_background_stream_creation_is_resumable(flavor: Flavor) -> None:
     """A streaming POST /v1/responses with "background": true is resumable from its start: its id is not known yet."""
     sent = request(flavor, "POST", BASE + "/responses", BACKGROUND)
-    stream = resumable_for(sent, "responses", sent.content, flavor.http)
+    stream = resumable_for(sent, "responses", streaming_json(sent.content), flavor.http)
     assert stream == Resumable(sent, None, -1, flavor.http)
 
 
@@ -107,7 +107,7 @@ def test_a_background_body_on_another_wire_is_not_resumable(flavor: Flavor) -> N
     """A background body on /responses is not resumable when the request is taken for another wire."""
     sent = request(flavor, "POST", BASE + "/responses", BACKGROUND)
     for wire in ("chat_completions", "messages", "generic"):
-        assert resumable_for(sent, wire, sent.content, flavor.http) is None
+        assert resumable_for(sent, wire, streaming_json(sent.content), flavor.http) is None
 
 
 @pytest.mark.parametrize(
