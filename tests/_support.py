@@ -26,7 +26,7 @@ import openai
 
 import hermes_transport
 from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, StreamStalled
-from hermes_transport._core import sse
+from hermes_transport._core import sse_runs
 from hermes_transport._core.progress import stream_asked
 from hermes_transport.testing import Scenario
 
@@ -532,13 +532,13 @@ def build_responses_models() -> None:
 
 #: The sizes of the run of events between a chunk's first and last boundary that the scanner
 #: reads one by one: its own (small fuzzed chunks stay below it), and none (every run skipped).
-MIDDLES = [sse._SMALL_MIDDLE, 0]
+MIDDLES = [sse_runs.SMALL_MIDDLE, 0]
 
 
 @contextlib.contextmanager
 def events_read_one_by_one_up_to(size: int) -> Iterator[None]:
     """Meanwhile the scanner reads runs of complete events up to ``size`` bytes one by one."""
-    with mock.patch.object(sse, "_SMALL_MIDDLE", size):
+    with mock.patch.object(sse_runs, "SMALL_MIDDLE", size):
         yield
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "leading_type",
     "response_id",
     "sequence_number",
+    "sure_output",
     "wire_of",
 ]
 
@@ -73,6 +74,11 @@ _ERRORS: Final[dict[Wire, frozenset[bytes]]] = {
     "responses": frozenset({b"error", b"response.failed"}),
     "messages": frozenset({b"error"}),
 }
+# The event types whose class ``classify`` may take from their data, per wire.
+_READ: Final[dict[Wire, frozenset[bytes]]] = {
+    wire: _LIFECYCLE[wire] | _OPENINGS[wire] | _ENDS[wire] | _ERRORS[wire] for wire in _LIFECYCLE
+}
+
 # The object an opening event carries, and the keys of it that hold content.
 _OPENED = ("item", "part", "content_block")
 _CONTENT_KEYS = frozenset(
@@ -158,6 +164,13 @@ def leading_type(data: bytes) -> bytes | None:
     """The leading ``"type"`` of a JSON object's text, if it starts with one."""
     match = _LEADING_TYPE.match(data)
     return match.group(1) if match is not None else None
+
+
+def sure_output(wire: Wire, event_type: bytes) -> bool:
+    """Whether ``classify`` finds an event of this type output whatever its data, unless the
+    type is a heartbeat or the data starts with ``[DONE]`` (neither is checked here)."""
+    read = _READ.get(wire)
+    return read is None or event_type not in read
 
 
 def classify(

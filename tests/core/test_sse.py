@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from hermes_transport._core.sse import SSEScanner
 
+from _support import events_read_one_by_one_up_to
+
 # Pure scanning: the same under every openai major (see the `once` marker).
 pytestmark = pytest.mark.once
 
@@ -700,9 +702,13 @@ def test_long_line_then_blank_line_is_counted(head: bytes, ending: bytes, expect
 
 @pytest.mark.parametrize("ending", ENDINGS, ids=ENDING_IDS)
 def test_long_line_inside_one_chunk(ending: bytes) -> None:
-    """A long data line sharing a chunk with its terminator and a following event counts both."""
+    """A long data line sharing a chunk with its terminator and a following event counts both
+    when the run is read one by one; skimmed, the read is progress, its count a lower bound."""
     body = b"data: " + b"z" * MIB + ending + ending + b"data: y" + ending + ending
-    assert count(body) == 2
+    with events_read_one_by_one_up_to(len(body)):
+        assert count(body) == 2
+    skimmed = scan([body])
+    assert skimmed.events == 2 if skimmed.counted else skimmed.events == 1
 
 
 def test_long_done_value_sets_done() -> None:
@@ -960,3 +966,51 @@ def test_blank_line_runs_around_a_long_run_of_events_keep_the_decisions() -> Non
     scanner = _burst(BURST + b"\n\n\n\n" + PLAIN + b"\n\n\n" + b"data: [DONE]\n\n\n")
     assert scanner.done
     assert scanner.events >= 2
+
+
+PENDING = [b"", b'data: {"par', b"event: ping\n", b"data: x\n", b": comm"]
+PENDING_IDS = ["none", "data-line", "typed", "data-event", "comment"]
+LAST = [
+    PLAIN,
+    b"data: [DONE]\n\n",
+    b"data:[DONE]\n\n",
+    b"event: ping\ndata: {}\n\n",
+    b"data: {}\revent: ping\n\n",  # a keepalive: its type after a CR
+]
+LAST_IDS = ["output", "done", "done-no-space", "keepalive", "keepalive-cr"]
+KEEPALIVES = b"event: ping\ndata: {}\n\n" * 100
+TAILS = [
+    b"",
+    b'data: {"ch',
+    b"data: [DONE]",
+    b"event: ping\ndata: {}",
+    b"data: a\r\rdata: b",
+    b"data: a\r",
+    b": c\n",
+]
+TAIL_IDS = ["none", "data-line", "done-line", "typed", "cr-event", "cr-pending", "comment"]
+
+
+@pytest.mark.parametrize("tail", TAILS, ids=TAIL_IDS)
+@pytest.mark.parametrize("last", LAST, ids=LAST_IDS)
+@pytest.mark.parametrize("pending", PENDING, ids=PENDING_IDS)
+@pytest.mark.parametrize("run", [BURST, KEEPALIVES], ids=["output", "keepalives"])
+def test_a_skimmed_read_decides_as_a_read_one_by_one(
+    run: bytes, pending: bytes, last: bytes, tail: bytes
+) -> None:
+    """A long read that ends a pending event and leaves one unfinished, judged from its last event, makes every decision a read parsed line by line makes: progress, done, and the reads after it."""
+    # The read after the long one completes its unfinished event alone: decided by it.
+    reads = [
+        PLAIN + pending,
+        b"al}\n\n" + run + last + tail,
+        b"\n\n",
+        PLAIN + b"data: [DONE]\n\n",
+    ]
+    with events_read_one_by_one_up_to(10**9):
+        exact = SSEScanner(("ping",))
+        exact_steps = [(exact.feed(read) > 0, exact.done) for read in reads]
+    skimmed = SSEScanner(("ping",))
+    assert [(skimmed.feed(read) > 0, skimmed.done) for read in reads] == exact_steps
+    assert exact.counted
+    assert (exact.events, exact.done) == reference_reads(reads, ("ping",))
+    assert skimmed.events == exact.events if skimmed.counted else skimmed.events <= exact.events

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from hermes_transport._core.progress import ProgressMeter
-from hermes_transport._core.sse import _PREFIX, SSEScanner
+from hermes_transport._core.sse import SSEScanner
+from hermes_transport._core.sse_lines import _PREFIX
 
 from _support import MIDDLES, events_read_one_by_one_up_to
 

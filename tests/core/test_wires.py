@@ -486,3 +486,62 @@ def test_a_tracked_stream_knows_the_number_of_the_last_event_of_a_long_chunk(
     with events_read_one_by_one_up_to(middle):
         scanner = scan("responses", RESPONSES_PREAMBLE + DELTA, b"".join(numbered), track=True)
     assert scanner.sequence == 5 + len(burst) - 1
+
+
+#: Per wire: an event of a type that is always output, an opening that may be preamble,
+#: and a keepalive; each whole, one event line and one data line.
+TYPED: dict[Wire, tuple[bytes, bytes, bytes]] = {
+    "responses": (DELTA, ITEM_ADDED, KEEPALIVE),
+    "messages": (BLOCK_DELTA, BLOCK_START, PING),
+}
+LAST_TYPED = ["output", "done-data", "opening", "keepalive", "keepalive-cr", "end", "crlf"]
+
+
+def _typed_last(wire: Wire, which: str) -> bytes:
+    output, opening, keepalive = TYPED[wire]
+    end = {"responses": COMPLETED, "messages": MESSAGE_STOP}[wire]
+    return {
+        "output": output,
+        "done-data": output.split(b"\n")[0] + b"\ndata: [DONE]\n\n",
+        "opening": opening,
+        "keepalive": keepalive,
+        "keepalive-cr": keepalive.replace(b"\n", b"\r\n", 1),  # its type line ends in CRLF
+        "end": end,
+        "crlf": output.replace(b"\n", b"\r\n"),
+    }[which]
+
+
+@pytest.mark.parametrize(
+    "tail", [b"", b"event: ping\ndata: {", b'data: {"ty'], ids=["none", "typed", "data"]
+)
+@pytest.mark.parametrize(
+    "pending",
+    [b"", b"event: ping\n", b"event: error\ndata: {"],
+    ids=["none", "keepalive", "error"],
+)
+@pytest.mark.parametrize("last", LAST_TYPED)
+@pytest.mark.parametrize("run", ["output", "keepalives"])
+@pytest.mark.parametrize("wire", sorted(TYPED))
+def test_a_read_judged_from_its_typed_last_event_decides_as_one_read_one_by_one(
+    wire: Wire, run: str, last: str, pending: bytes, tail: bytes
+) -> None:
+    """On a classifying wire, a long read whose last event's type alone makes it output is judged from that event, and every decision (progress, done, the reads after it) is the one a read parsed line by line makes; a ``[DONE]`` in its data still ends the stream."""
+    output, _, keepalive = TYPED[wire]
+    opening = {"responses": RESPONSES_PREAMBLE, "messages": MESSAGE_START + BLOCK_START}[wire]
+    ends_pending = b"}\n\n" if pending.endswith(b"{") else b"\n"
+    events = (output if run == "output" else keepalive) * 100
+    reads = [
+        opening + output + pending,
+        ends_pending + events + _typed_last(wire, last) + tail,
+        b"}\n\n",
+        output + MESSAGE_STOP + COMPLETED,
+    ]
+    with events_read_one_by_one_up_to(10**9):
+        exact = SSEScanner(HB, wire)
+        exact_steps = [(exact.feed(read) > 0, exact.done) for read in reads]
+    skimmed = SSEScanner(HB, wire)
+    assert [(skimmed.feed(read) > 0, skimmed.done) for read in reads] == exact_steps
+    assert exact.counted
+    assert skimmed.events == exact.events if skimmed.counted else skimmed.events <= exact.events
+    if last == "done-data":
+        assert exact_steps[1] == (True, True)

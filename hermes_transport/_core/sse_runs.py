@@ -1,0 +1,108 @@
+"""Where a read of a server-sent-events body may go unparsed. Pure: bytes in, offsets out.
+
+``SSEScanner`` (``sse``) parses line by line only what a decision needs; these find,
+with a few C searches, what that is. Until the first output (on a tracked stream,
+always) every event is read. After it, a read whose last complete event is output by
+its form alone (one data line, ``lone_last``; on a classifying wire, an event line of
+a type that is always output and one data line, ``typed_output``) is judged from that
+event, and the rest of the read before it goes unread, if longer than
+``SMALL_MIDDLE``. Else the read is parsed up to the end of the event pending when it
+came and from its last complete event on (``run_start``, ``long_run``), and the run
+between, if that long, only when that event is not progress. Decisions stay exact;
+the scanner's ``events``, ``heartbeats`` and ``comment_bytes`` then become lower
+bounds (``counted`` false). Events ended by CR or CRLF are read one by one.
+
+A blank line ending in LF (``\\n\\n``) always ends an event, whatever line endings came
+before it (after CRLF or LF, the second LF is an empty line): the parser is between
+events after it. So the bytes after a read's last ``\\n\\n`` begin a new event, and the
+bytes between two of them are whole events. Other boundaries (CR, CRLF) are left to the
+line parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .wires import Wire, sure_output
+
+__all__ = ["SMALL_MIDDLE", "lone_data", "lone_last", "long_run", "run_start", "typed_output"]
+
+#: A run of complete events longer than this is read only when the read's last event is
+#: not progress (see ``sse``); a shorter one is read and counted.
+SMALL_MIDDLE = 2048
+
+
+def lone_data(event: bytes) -> bool:
+    """Whether ``event`` is one whole event of one ``data`` line, ended by ``\\n\\n``."""
+    return (
+        event.startswith(b"data:")
+        and event.find(b"\n") == len(event) - 2
+        and event[-1] == 10  # LF: the blank line that ends the event
+        and b"\r" not in event
+    )
+
+
+def run_start(chunk: bytes, line_pending: bool, event_pending: bool) -> int:
+    """Where ``chunk``'s run of complete events starts: at once between events, else after
+    the boundary that ends the pending event (a blank line first, if no line is pending and
+    the chunk opens with one); ``len(chunk)``: there is no such boundary."""
+    if not (line_pending or event_pending):
+        return 0
+    if not line_pending and chunk[:1] == b"\n":
+        return 1
+    found = chunk.find(b"\n\n")
+    return found + 2 if found >= 0 else len(chunk)
+
+
+def long_run(chunk: bytes, head: int) -> tuple[int, int] | None:
+    """Where the last complete event of ``chunk``'s run lies, if the run is long enough
+    not to be read one by one: the start and end of that event. The run starts at
+    ``head``, where the parser is between events; it ends at the chunk's last ``\\n\\n``."""
+    last = chunk.rfind(b"\n\n", head)
+    if last < 0:
+        return None
+    end = last
+    if end > head and chunk[end - 1] == 10:  # a run of blank lines: the event ends before
+        end = head + len(chunk[head:last].rstrip(b"\n"))
+    before = chunk.rfind(b"\n\n", head, end)
+    if before < 0 or before + 2 - head <= SMALL_MIDDLE:
+        return None
+    return before + 2, last + 2
+
+
+def lone_last(chunk: bytes, between: bool) -> tuple[int, int] | None:
+    """Where ``chunk``'s last complete event lies, if it is one data line ended by
+    ``\\n\\n`` and what comes before it is nothing (``between``: the chunk begins between
+    events) or longer than ``SMALL_MIDDLE``: its start and end."""
+    stop = chunk.rfind(b"\n\n") + 2
+    if stop < 2:
+        return None
+    start = chunk.rfind(b"\n\n", 0, stop - 2) + 2
+    if start == 1:  # no boundary before it: it is the whole chunk, or ends a pending one
+        if not between:
+            return None
+        start = 0
+    elif start <= SMALL_MIDDLE:
+        return None
+    return (start, stop) if lone_data(chunk[start:stop]) else None
+
+
+def typed_output(event: bytes, wire: Wire, heartbeats: Collection[bytes]) -> bool:
+    """Whether ``event``, a whole one ended by ``\\n\\n``, is an ``event`` line then one
+    ``data`` line (no CR) that ``classify`` finds output on ``wire``, whatever its data."""
+    if not event.startswith(b"event:"):
+        return False
+    data = event.find(b"\n") + 1
+    if not (event.startswith(b"data:", data) and event.find(b"\n", data) == len(event) - 2):
+        return False
+    event_type = event[6 : data - 1]
+    if event_type[:1] == b" ":
+        event_type = event_type[1:]
+    value = data + (6 if event[data + 5 : data + 6] == b" " else 5)
+    return (
+        b"\r" not in event
+        and event_type.isascii()  # else compared decoded, as the line parser does
+        and event_type not in heartbeats
+        and not event.startswith(b"[DONE]", value)
+        and sure_output(wire, event_type)
+    )
