@@ -11,7 +11,10 @@ build clients on the watchdog; ``stream_chat_completion`` and
 errors on every openai major; ``stream_response`` and ``astream_response`` do
 the same for one response of OpenAI's Responses API, ``stream_message`` and
 ``astream_message`` for one message of Anthropic's Messages API (with the
-anthropic SDK, which is optional). ``hermes_transport.httpx2`` has the
+anthropic SDK, which is optional). ``genai_client_for`` builds a Google
+``google-genai`` client (optional too) whose sync and async calls are watched, and
+``stream_content`` and ``astream_content`` stream one Gemini answer on it.
+``hermes_transport.httpx2`` has the
 transports and http client factories on httpx2; ``hermes_transport.testing`` a
 loopback fault server.
 """
@@ -35,6 +38,8 @@ from ._flavors.httpx import (
 from ._io.metrics import OpenTelemetryMetrics
 from ._sdk.chat import astream_chat_completion, stream_chat_completion
 from ._sdk.clients import async_openai_client_for, openai_client_for
+from ._sdk.gemini import genai_client_for
+from ._sdk.gemini_content import astream_content, stream_content
 from ._sdk.messages import astream_message, stream_message
 from ._sdk.responses import astream_response, stream_response
 
@@ -57,14 +62,17 @@ __all__ = [
     "StreamStats",
     "WatchdogTransport",
     "astream_chat_completion",
+    "astream_content",
     "astream_message",
     "astream_response",
     "async_http_client_for",
     "async_openai_client_for",
+    "genai_client_for",
     "http_client_for",
     "openai_client_for",
     "should_stream_inline",
     "stream_chat_completion",
+    "stream_content",
     "stream_error",
     "stream_message",
     "stream_response",

@@ -100,7 +100,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             " retries=2, resumes=3, cancel_on_interrupt=True, budget_rules=BudgetRules(),"
             " heartbeat_events={'chat_completions': frozenset({'ping'}),"
             " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
-            " 'generic': frozenset({'ping'})})",
+            " 'gemini': frozenset(), 'generic': frozenset({'ping'})})",
         ),
         *[
             (
@@ -144,6 +144,19 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
                 hermes_transport.async_openai_client_for,
             )
         ],
+        (
+            hermes_transport.genai_client_for,
+            "(context, *, flavor=None, policy=None, interrupt=None, on_stats=None,"
+            " **client_kwargs)",
+        ),
+        (
+            hermes_transport.stream_content,
+            "(client, *, inline=None, interrupt=None, on_chunk=None, **generate_kwargs)",
+        ),
+        (
+            hermes_transport.astream_content,
+            "(client, *, interrupt=None, on_chunk=None, **generate_kwargs)",
+        ),
         (
             hermes_transport.astream_chat_completion,
             "(client, *, interrupt=None, on_delta=None, **create_kwargs)",

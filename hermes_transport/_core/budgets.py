@@ -145,6 +145,8 @@ REASONING_MODELS: Final[tuple[str, ...]] = (
     "qwq*",
     "*thinking*",
     "grok-4*",
+    "gemini-*pro*",
+    "gemini-3*",
 )
 _REASONING_FIRST_EVENT = 600.0
 _REASONING_STALE = 300.0

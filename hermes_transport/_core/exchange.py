@@ -37,7 +37,8 @@ from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream, stream_asked
 from .resume import Resumable, resumable_for
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
-from .wires import ErrorEvent, wire_of
+from .wire_paths import gemini_call, wire_of
+from .wires import ErrorEvent
 
 __all__ = ["Exchange"]
 
@@ -97,14 +98,19 @@ class Exchange:
         streaming, payload = stream_asked(
             request.headers.get("accept", ""), request.headers.get("content-type", ""), body
         )
-        streaming = streaming or (
+        # Gemini's model and its streaming are in its path alone (a body of contents).
+        gemini = gemini_call(request.url.path) if self._wire == "gemini" else None
+        streaming = (
+            streaming
             # The Responses resume, GET /responses/{id}?stream=true, says so
             # only in its query: it has no body and no Accept header.
-            self._wire == "responses" and request.url.params.get("stream") == "true"
+            or (self._wire == "responses" and request.url.params.get("stream") == "true")
+            or (gemini is not None and gemini[1])
         )
+        model = gemini[0] if gemini is not None else model_of(payload)
         #: The budgets this call got (the policy's, fitted to the request by its rules).
         self.budgets: CallBudgets = (
-            policy.budgets_for(model_of(payload), None if body is None else len(body))
+            policy.budgets_for(model, None if body is None else len(body))
             if streaming
             else policy.budgets_for()
         )

@@ -53,12 +53,14 @@ class WireEvents(Mapping[Wire, frozenset[str]]):
 #: The keepalives each wire sends while a model is silent: Anthropic's Messages
 #: API ``event: ping``, OpenAI's Responses API ``keepalive`` data events
 #: (undocumented; seen in the wild since early 2026). ``ping`` stays a
-#: keepalive on Chat Completions and generic streams, as it always was.
+#: keepalive on Chat Completions and generic streams, as it always was. Gemini
+#: sends none: its events are untyped, and a proxy's comments are no events.
 DEFAULT_HEARTBEAT_EVENTS: Final = WireEvents(
     {
         "chat_completions": frozenset({"ping"}),
         "responses": frozenset({"keepalive"}),
         "messages": frozenset({"ping"}),
+        "gemini": frozenset(),
         "generic": frozenset({"ping"}),
     }
 )

@@ -1,7 +1,6 @@
 """The wires agents speak, and what each of their events means to the watch.
 
-Owns ``Wire`` and ``wire_of`` (the wire a request speaks, from its path), the
-event classes (``output``, ``preamble``, ``heartbeat``, ``error``, ``end``),
+Owns the event classes (``output``, ``preamble``, ``heartbeat``, ``error``, ``end``),
 the tables that sort each wire's event types into them, and ``ErrorEvent``:
 an error event that arrived before any output, and whether it says the
 server failed transiently (then the transport sends the request again).
@@ -16,6 +15,10 @@ behind them is covered by the first-event budget. An ``error`` event before
 any output is handed to the exchange; after output it is progress like any
 other event (the SDK raises on it; nothing is re-sent). An ``end`` event ends
 the stream only as the last complete event of its read (``sse``'s end rule).
+Gemini's events are untyped, each a ``GenerateContentResponse``: output when a
+candidate's part holds content (a thought summary too), an end when every
+candidate has its ``finishReason``, an error (``{"error": ...}``), else preamble
+(a chunk of usage only, or prompt feedback).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from .wire_paths import WIRES, Wire
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -37,18 +42,9 @@ __all__ = [
     "response_id",
     "sequence_number",
     "sure_output",
-    "wire_of",
 ]
 
-#: The wire a request speaks: OpenAI Chat Completions, OpenAI Responses,
-#: Anthropic Messages, or any other event stream.
-Wire = Literal["chat_completions", "responses", "messages", "generic"]
-WIRES: Final[tuple[Wire, ...]] = ("chat_completions", "responses", "messages", "generic")
 EventClass = Literal["output", "preamble", "heartbeat", "error", "end"]
-
-# POST /v1/responses, and the resume GET /v1/responses/{id} (one path segment:
-# /responses/{id}/cancel and /input_items are not streams).
-_RESPONSES_PATH = re.compile(r"/responses(?:/[^/]+)?$")
 
 #: Event types that are always preamble, per wire.
 _LIFECYCLE: Final[dict[Wire, frozenset[bytes]]] = {
@@ -93,6 +89,11 @@ _CONTENT_KEYS = frozenset(
 TRANSIENT_ERRORS: Final[dict[Wire, frozenset[str]]] = {
     "messages": frozenset({"overloaded_error", "api_error"}),
     "responses": frozenset({"server_error", "internal_error", "service_unavailable"}),
+    # Google's status names, and the HTTP codes its errors carry.
+    "gemini": frozenset(
+        {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"}
+        | {"429", "500", "503", "504"}
+    ),
     "chat_completions": frozenset(
         {
             "server_error",
@@ -127,18 +128,6 @@ class ErrorEvent:
     def __str__(self) -> str:
         said = f": {self.message}" if self.message else ""
         return f"{self.event_type} event ({self.kind or 'no error kind'}){said}"
-
-
-def wire_of(path: str) -> Wire:
-    """The wire a request to ``path`` speaks (``generic`` for any other path)."""
-    path = path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "chat_completions"
-    if path.endswith("/messages"):
-        return "messages"
-    if _RESPONSES_PATH.search(path):
-        return "responses"
-    return "generic"
 
 
 # A Responses event's number, and the id of the response a lifecycle event
@@ -192,6 +181,8 @@ def classify(
         return "heartbeat"
     if done:
         return "end"
+    if wire == "gemini":
+        return _gemini_class(data)
     if wire == "chat_completions":
         if b'"error"' in data:
             error = _chat_error(data)
@@ -273,3 +264,52 @@ def _chat_error(data: bytes) -> ErrorEvent | None:
     else:
         message = _text(error)
     return ErrorEvent("message", kind, message, transient)
+
+
+#: The keys of a Gemini part that hold something a caller is shown: text (a thought
+#: summary too), a function call or its response, inline or file data, code, its result.
+_GEMINI_CONTENT = frozenset(
+    {"text", "functionCall", "functionResponse", "inlineData", "fileData"}
+    | {"executableCode", "codeExecutionResult"}
+)
+
+
+def _gemini_class(data: bytes) -> EventClass | ErrorEvent:
+    """A ``GenerateContentResponse`` event: an error (``{"error": ...}``), an end (every
+    candidate has a ``finishReason``), output (a candidate part with content), or else
+    (usage only, prompt feedback) preamble."""
+    payload = _json(data)
+    if not isinstance(payload, dict):
+        return "output"  # unreadable (or too large to keep): it may carry anything
+    error = payload.get("error")
+    if error is not None and "candidates" not in payload:
+        return _gemini_error(error)
+    candidates = payload.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        return "preamble"
+    if all(isinstance(c, dict) and c.get("finishReason") for c in candidates):
+        return "end"
+    for candidate in candidates:
+        content = candidate.get("content") if isinstance(candidate, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(parts, list) and any(
+            isinstance(part, dict) and any(part.get(key) for key in _GEMINI_CONTENT)
+            for part in parts
+        ):
+            return "output"
+    return "preamble"
+
+
+def _gemini_error(error: object) -> ErrorEvent:
+    """Gemini's ``{"error": {"code": 503, "message": ..., "status": "UNAVAILABLE"}}``."""
+    kind = message = None
+    transient = False
+    if isinstance(error, dict):
+        code, status = _text(error.get("code")), _text(error.get("status"))
+        message = _text(error.get("message"))
+        kind = status or code
+        named = TRANSIENT_ERRORS["gemini"]
+        transient = code in named or status in named
+    else:
+        message = _text(error)
+    return ErrorEvent("error", kind, message, transient)

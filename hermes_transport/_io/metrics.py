@@ -7,6 +7,9 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from .._core.wire_paths import gemini_provider
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
@@ -63,8 +66,10 @@ class OpenTelemetryMetrics:
       per stream).
 
     Every record has the attributes ``gen_ai.operation.name`` (``"chat"``, on
-    the Chat Completions, Responses and Messages wires),
-    ``gen_ai.request.model`` (when the request named one), ``server.address``,
+    the Chat Completions, Responses, Messages and Gemini wires),
+    ``gen_ai.provider.name`` (on Gemini: ``gcp.vertex_ai`` for a Vertex AI path,
+    else ``gcp.gemini``), ``gen_ai.request.model`` (when the request named one,
+    in its body or, on Gemini, its path), ``server.address``,
     ``hermes.stream.wire``, ``hermes.stream.outcome``, ``error.type`` (the
     outcome, when it is not ``"completed"``) and ``hermes.stream.stage`` (when
     the stream stalled or was interrupted at a stage).
@@ -146,6 +151,8 @@ class OpenTelemetryMetrics:
         }
         if stats.wire != "generic":  # an LLM wire; any other event stream may not be one
             attributes["gen_ai.operation.name"] = "chat"
+        if stats.wire == "gemini":
+            attributes["gen_ai.provider.name"] = gemini_provider(urlsplit(stats.url).path)
         if stats.model is not None:
             attributes["gen_ai.request.model"] = stats.model
         if stats.outcome != "completed":

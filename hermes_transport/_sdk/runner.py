@@ -81,10 +81,7 @@ def _job(
         raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
     create_kwargs["stream"] = True
     profile = _profile(client)
-    if profile is not None:
-        policy = profile.policy
-    else:
-        policy = transport_policy(getattr(client, "_client", None))
+    policy = profile.policy if profile is not None else transport_policy(wire.http_client(client))
     tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
     return _Job(wire, client, policy, tokens, on_event, create_kwargs)
 
@@ -134,7 +131,7 @@ class _Run(Generic[R]):
         assembled = self.assembly.result() if self.assembly and self.events else None
         if assembled is None:
             # The HTTP library's own protocol error, as for any other broken stream.
-            http = _http_library(getattr(self.job.client, "_client", None))
+            http = _http_library(wire.http_client(self.job.client))
             if not self.events:
                 raise http.RemoteProtocolError(f"the stream ended without a single {wire.unit}")
             raise http.RemoteProtocolError(

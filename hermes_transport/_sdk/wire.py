@@ -1,10 +1,11 @@
 """What a streaming runner needs to know of one API (``SdkWire``), and the checks it shares.
 
 One ``SdkWire`` per API the runners stream (Chat Completions and Responses on the
-openai SDK, Messages on the anthropic SDK): the client classes it takes, how it
-makes its request, how one attempt's events are accumulated into the result
-(``Assembly``) and which events show the caller content. No SDK is imported
-here: a client of an SDK that was never imported cannot exist.
+openai SDK, Messages on the anthropic SDK, content on google-genai): the client
+classes it takes, how it makes its request, how one attempt's events are
+accumulated into the result (``Assembly``), which events show the caller content
+and where its http client is. No SDK is imported here: a client of an SDK that
+was never imported cannot exist.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _T_co = TypeVar("_T_co", covariant=True)
 _RUNNERS = {
     "openai": ("OpenAI", "AsyncOpenAI", "stream_chat_completion() or stream_response()"),
     "anthropic": ("Anthropic", "AsyncAnthropic", "stream_message()"),
+    "google.genai.client": ("Client", "AsyncClient", "stream_content()"),
 }
 
 
@@ -48,6 +50,8 @@ class SdkWire(Generic[_T]):
     endpoint: Callable[[Any], Any]  # client -> the resource whose create() streams
     assembly: Callable[[Any], Assembly[_T]]  # the opened SDK stream -> its accumulator
     carries_content: Callable[[Any], bool]  # whether an event shows the caller something
+    # client -> its http client (its HTTP library's errors are raised; its policy is used)
+    http_client: Callable[[Any], Any] = lambda client: getattr(client, "_client", None)
 
 
 def check_client(wire: SdkWire[Any], client: object, is_async: bool) -> None:
@@ -68,7 +72,10 @@ def check_client(wire: SdkWire[Any], client: object, is_async: bool) -> None:
         if name.startswith("Async"):
             runners = " or ".join(f"a{r}" for r in runners.split(" or "))
         hint = f"; for an {sdk}.{name} client use {runners}"
-    raise TypeError(f"client must be an {wire.sdk}.{expected}, got {type(client).__name__}{hint}")
+    article = "an" if wire.sdk[0] in "aeiou" else "a"
+    raise TypeError(
+        f"client must be {article} {wire.sdk}.{expected}, got {type(client).__name__}{hint}"
+    )
 
 
 def _sdk_class(client: object) -> tuple[str, str] | None:

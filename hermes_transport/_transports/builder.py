@@ -120,13 +120,30 @@ class ClientFactory:
                     f"{factory}() builds the transport itself; {name}= would bypass it"
                 )
         http = self.flavor.http
-        policy, interrupt = profile.policy, profile.interrupt
+        transport, mounts = self.transports(is_async, profile, client_kwargs, on_stats)
+        client_kwargs.setdefault("timeout", default_timeout(profile.policy, self.flavor))
+        client_kwargs.setdefault("follow_redirects", True)
+        client_class = http.AsyncClient if is_async else http.Client
+        client = client_class(transport=transport, mounts=mounts, **client_kwargs)
+        record_profile(client, profile)
+        return client
+
+    def transports(
+        self,
+        is_async: bool,
+        profile: ClientProfile,
+        client_kwargs: dict[str, Any],
+        on_stats: StatsCallback | None = None,
+    ) -> tuple[Any, dict[str, Any] | None]:
+        """A watchdog transport (async: an async one) and the ones to mount for the proxy
+        environment variables, from the connection settings in ``client_kwargs`` (taken
+        out of it; a ``trust_env`` is left in it too, for .netrc)."""
         transport_kwargs = {
             name: client_kwargs.pop(name) for name in TRANSPORT_SETTINGS if name in client_kwargs
         }
         transport_kwargs.setdefault(
             "limits",
-            http.Limits(
+            self.flavor.http.Limits(
                 max_connections=SDK_MAX_CONNECTIONS, max_keepalive_connections=SDK_MAX_KEEPALIVE
             ),
         )
@@ -134,17 +151,15 @@ class ClientFactory:
             client_kwargs["trust_env"] = transport_kwargs["trust_env"]  # .netrc
         transport_class = self.async_transport if is_async else self.sync_transport
         transport = transport_class(
-            policy=policy, interrupt=interrupt, on_stats=on_stats, **transport_kwargs
+            policy=profile.policy,
+            interrupt=profile.interrupt,
+            on_stats=on_stats,
+            **transport_kwargs,
         )
-        client_kwargs.setdefault("timeout", default_timeout(policy, self.flavor))
-        client_kwargs.setdefault("follow_redirects", True)
         mounts = self._environment_proxy_mounts(
             transport_class, profile, transport_kwargs, on_stats
         )
-        client_class = http.AsyncClient if is_async else http.Client
-        client = client_class(transport=transport, mounts=mounts, **client_kwargs)
-        record_profile(client, profile)
-        return client
+        return transport, mounts
 
     def _environment_proxy_mounts(
         self,

@@ -12,7 +12,12 @@ comment, and OpenAI's Responses API (:data:`RESPONSES_PATH`): ``POST /v1/respons
 in background mode), ``GET /v1/responses/{id}`` (the stored response),
 ``GET /v1/responses/{id}?stream=true&starting_after=N`` (a resume of a background
 response: its stored events numbered above N, under the current scenario) and
-``POST /v1/responses/{id}/cancel``.
+``POST /v1/responses/{id}/cancel``. And Google's Gemini API and Vertex AI, as the
+google-genai SDK calls them (``POST {version}/models/{model}:streamGenerateContent`` and
+``:generateContent``, or under ``{version}/projects/{p}/locations/{l}/publishers/google/``,
+below any prefix): data-only events, ``: keepalive`` comments as a proxy's keepalive,
+Google's error JSON, the model in the path (:func:`gemini_model` reads it back). Give
+google-genai the server's root, ``HttpOptions(base_url=server.base_url.removesuffix("/v1"))``.
 Every request is recorded as a :class:`RecordedRequest`::
 
     import openai
@@ -66,6 +71,7 @@ Good to know:
 
 from __future__ import annotations
 
+from .gemini import gemini_model
 from .messages import MESSAGES_PATH
 from .responses import RESPONSES_PATH
 from .scenarios import (
@@ -88,10 +94,11 @@ __all__ = [
     "RecordedRequest",
     "Scenario",
     "SentResponse",
+    "gemini_model",
 ]
 
 # Shown, documented and pickled under the public name, not the module that defines it.
 for _name in __all__:
-    if isinstance(globals()[_name], type):
+    if not isinstance(globals()[_name], str):
         globals()[_name].__module__ = __name__
 del _name

@@ -1,11 +1,11 @@
 """The fault server's request handler: reading a request, shaping its answer.
 
 Owns :class:`Handler`, which records each request, picks the wire (Chat Completions,
-Messages or Responses, whose stored responses it also retrieves, resumes and cancels)
-and plays the scenario's faults over that wire's :class:`~.stream.WireStream` (stalls,
-thinking, keep-alives, truncation, connection resets, in-stream errors, lingering), and
-the body helpers it writes with: incremental gzip, chunked framing, a byte per write,
-coalesced writes.
+Messages, Gemini, or Responses, whose stored responses it also retrieves, resumes and
+cancels) and plays the scenario's faults over that wire's :class:`~.stream.WireStream`
+(stalls, thinking, keep-alives, truncation, connection resets, in-stream errors,
+lingering), and the body helpers it writes with: incremental gzip, chunked framing, a
+byte per write, coalesced writes.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .background import (
     starting_after,
 )
 from .chat import chat_completion, chat_error, chat_stream
+from .gemini import gemini_completion, gemini_error, gemini_route, gemini_stream
 from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
 from .responses import RESPONSES_PATH, responses_completion, responses_stream
 from .scenarios import RecordedRequest, Scenario
@@ -135,7 +136,8 @@ class Handler(BaseHTTPRequestHandler):
         stopping = self.server.fault._stopping
         path = urlsplit(request.path).path
         resume = request.method == "GET"  # the one attempt that is a GET: a stream resume
-        streaming = resume or request.stream is True
+        gemini = gemini_route(request.path)  # Gemini's path, not its body, says it streams
+        streaming = gemini[1] if gemini else resume or request.stream is True
         if scenario.stall_before_headers:
             self._hold(scenario, None)
         if not streaming and scenario.json_delay and stopping.wait(scenario.json_delay):
@@ -143,6 +145,7 @@ class Handler(BaseHTTPRequestHandler):
         n, store = next(self.server.fault._ids), self.server.fault._responses
         if scenario.status != 200:
             error = messages_error if path == MESSAGES_PATH else chat_error
+            error = gemini_error if gemini else error
             self._send_json(scenario.status, error(scenario.status, scenario.message), scenario)
         elif resume:
             response_id = path.rsplit("/", 1)[-1]
@@ -153,6 +156,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 after = starting_after(request.path)
                 self._stream(scenario, replay_stream(scenario, found, after))
+        elif gemini is not None:
+            if streaming:
+                self._stream(scenario, gemini_stream(scenario, request, n))
+            else:
+                self._send_json(200, gemini_completion(scenario, request, n), scenario)
         elif path == MESSAGES_PATH:
             if streaming:
                 self._stream(scenario, messages_stream(scenario, request, n))

@@ -57,8 +57,10 @@ class RecordedRequest:
     JSON); ``stream`` is the body's ``"stream"`` if it is a bool; ``time`` is
     :func:`time.monotonic` once the request head was read; ``attempt`` is the 0-based index,
     since the server started, among the requests a :class:`Scenario` answers: chat
-    completions, messages, Responses creations (``POST /v1/responses``) and Responses
-    stream resumes (``GET /v1/responses/{id}?stream=true``); -1 for any other request.
+    completions, messages, Responses creations (``POST /v1/responses``), Responses
+    stream resumes (``GET /v1/responses/{id}?stream=true``) and Gemini ``POST``s to
+    ``...:generateContent`` or ``...:streamGenerateContent`` (their model is in the path:
+    :func:`gemini_model`; ``stream`` is None there); -1 for any other request.
     """
 
     method: str
@@ -98,24 +100,28 @@ class Scenario:
     """How the server answers a request of any wire; the classmethods cover common cases.
 
     Content: one output event per ``content`` piece; ``tool_call`` then adds a
-    :data:`TOOL_CALL_NAME` call with its arguments split across events; ``finish_reason``
-    (Chat Completions and Messages only) defaults to ``"tool_calls"`` or ``"stop"``;
-    ``usage`` adds a usage object. A ``status`` other than 200 answers with the wire's
-    error JSON and ``message``, and a ``Retry-After: retry_after`` header if set.
+    :data:`TOOL_CALL_NAME` call with its arguments split across events (Gemini: whole, in
+    one event); ``thoughts`` (Gemini only) sends one thought-summary part per piece before
+    the content; ``finish_reason`` (Chat Completions, Messages and Gemini only) defaults
+    to ``"tool_calls"`` or ``"stop"``; ``usage`` adds a usage object. A ``status`` other
+    than 200 answers with the wire's error JSON and ``message``, and a ``Retry-After:
+    retry_after`` header if set.
 
     Faults, at most one: ``stall_before_headers`` sends nothing at all;
     ``stall_after_events`` sends that many events, then nothing, or only the wire's
-    keepalive every ``comment_interval`` seconds (Chat: ``: keepalive`` comments,
-    Messages: ``event: ping``, Responses: numbered ``keepalive`` events);
+    keepalive every ``comment_interval`` seconds (Chat and Gemini: ``: keepalive``
+    comments, Messages: ``event: ping``, Responses: numbered ``keepalive`` events);
     ``truncate_after_events`` sends that many events, then closes without the
     terminating chunk; ``error_event`` (the error's type or code, such as
-    ``"overloaded_error"``) sends ``error_after_events`` events (at most all but the
-    last), then the wire's in-stream error event in place of the rest, then ends the body
-    cleanly, with status 200 (Responses: an ``error`` event, or with
-    ``error_as_response_failed`` a ``response.failed``); ``drop_after_events`` sends that
-    many events (with ``drop_mid_event``, the first half of the next one's bytes too), then,
-    after 50 ms for those bytes to arrive, resets the connection (``SO_LINGER`` 0 and
-    close: the client reads a connection reset mid-body, not a clean end);
+    ``"overloaded_error"``; Gemini: a status such as ``"UNAVAILABLE"``, or a code) sends
+    ``error_after_events`` events (at most all but the last), then the wire's in-stream
+    error event in place of the rest, then ends the body cleanly, with status 200
+    (Responses: an ``error`` event, or with ``error_as_response_failed`` a
+    ``response.failed``; Gemini: Google's error object, coded as ``gemini.py`` says);
+    ``drop_after_events`` sends that many events (with ``drop_mid_event``, the first half
+    of the next one's bytes too), then, after 50 ms for those bytes to arrive, resets the
+    connection (``SO_LINGER`` 0 and close: the client reads a connection reset mid-body,
+    not a clean end);
     ``end_after_events`` sends that many events, then ends the body cleanly, as a proxy
     that cuts a long response short does. A stall ends,
     and the connection closes, after ``hold`` seconds. The first ``stall_attempts``
@@ -127,8 +133,8 @@ class Scenario:
     second attempt.
 
     Thinking: ``think`` seconds of silence after the wire's preamble, before its first
-    output event (Chat: before the first data event; Messages: after ``message_start``,
-    ``content_block_start`` and a ping; Responses: after ``response.created``,
+    output event (Chat and Gemini: before the first data event; Messages: after
+    ``message_start``, ``content_block_start`` and a ping; Responses: after ``response.created``,
     ``response.in_progress`` (and ``response.queued``), ``response.output_item.added``
     and ``response.content_part.added``), with the wire's keepalive every
     ``keepalive_interval`` seconds meanwhile if set. It combines with every fault that
@@ -176,14 +182,16 @@ class Scenario:
     end_after_events: int | None = None
     keepalive_numbers: int = 0
     retry_after: float | None = None
+    thoughts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        content: object = self.content
-        if isinstance(content, str | bytes) or not isinstance(content, Sequence):
-            raise ValueError(f"Scenario.content must be a sequence of str, got {content!r}")
-        if not all(isinstance(piece, str) for piece in content):
-            raise ValueError(f"Scenario.content must hold only str, got {content!r}")
-        object.__setattr__(self, "content", tuple(content))  # accept lists, stay hashable
+        for name in ("content", "thoughts"):
+            pieces: object = getattr(self, name)
+            if isinstance(pieces, str | bytes) or not isinstance(pieces, Sequence):
+                raise ValueError(f"Scenario.{name} must be a sequence of str, got {pieces!r}")
+            if not all(isinstance(piece, str) for piece in pieces):
+                raise ValueError(f"Scenario.{name} must hold only str, got {pieces!r}")
+            object.__setattr__(self, name, tuple(pieces))  # accept lists, stay hashable
         if not (self.status == 200 or 400 <= self.status <= 599):
             raise ValueError(f"Scenario.status must be 200 or 400-599, got {self.status}")
         for name in _NON_NEGATIVE:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .background import is_resume
+from .gemini import gemini_route
 from .handler import Handler
 from .messages import MESSAGES_PATH
 from .responses import RESPONSES_PATH
@@ -219,6 +220,7 @@ class FaultServer:
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         method, target = handler.command, handler.path
         counts = method == "POST" and urlsplit(target).path in _CREATE_PATHS
+        counts = counts or (method == "POST" and gemini_route(target) is not None)
         counts = counts or is_resume(method, target)
         with self._recorded:
             attempt = self._attempts if counts else -1

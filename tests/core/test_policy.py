@@ -56,6 +56,7 @@ def test_defaults() -> None:
         "chat_completions": {"ping"},
         "responses": {"keepalive"},
         "messages": {"ping"},
+        "gemini": set(),
         "generic": {"ping"},
     }
 

@@ -20,7 +20,7 @@ from hermes_transport._core.resume import (
     resumable_for,
     spliceable,
 )
-from hermes_transport._core.wires import wire_of
+from hermes_transport._core.wire_paths import wire_of
 
 from _support import Flavor, streaming_json
 

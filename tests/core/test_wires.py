@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from hermes_transport._core.progress import ProgressMeter
 from hermes_transport._core.sse import CAPTURE_LIMIT, SSEScanner
+from hermes_transport._core.wire_paths import wire_of
 from hermes_transport._core.wires import (
     ErrorEvent,
     Wire,
     classify,
-    wire_of,
 )
 
 from _support import MIDDLES, events_read_one_by_one_up_to

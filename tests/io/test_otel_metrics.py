@@ -275,3 +275,35 @@ def test_without_opentelemetry_making_one_says_what_to_install(
         ImportError, match=r"opentelemetry-api.*pip install 'hermes-transport\[otel\]'"
     ):
         OpenTelemetryMetrics()
+
+
+@pytest.mark.parametrize(
+    ("path", "provider"),
+    [
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", "gcp.gemini"),
+        (
+            "/v1beta1/projects/p/locations/us-central1/publishers/google/models/"
+            "gemini-2.5-pro:streamGenerateContent",
+            "gcp.vertex_ai",
+        ),
+    ],
+    ids=["gemini-api", "vertex-ai"],
+)
+def test_a_gemini_stream_records_its_provider_and_the_model_of_its_path(
+    flavor: Flavor, server: FaultServer, recorder: Recorder, path: str, provider: str
+) -> None:
+    """A Gemini stream's records name the gemini wire, its provider (Gemini API or Vertex AI) and the model its path names."""
+    server.scenario = Scenario.healthy()
+    transport = flavor.WatchdogTransport(policy=StreamPolicy(stale_timeout=5.0), on_stats=recorder)
+    url = server.base_url.removesuffix("/v1") + path
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    with (
+        flavor.http.Client(transport=transport, timeout=30.0) as client,
+        client.stream("POST", url, params={"alt": "sse"}, json=body) as response,
+    ):
+        response.read()
+    assert (recorder.seen[0].wire, recorder.seen[0].model) == ("gemini", "gemini-2.5-pro")
+    attributes = _point(recorder.collect()["hermes.stream.outcomes"]).attributes
+    assert attributes["gen_ai.provider.name"] == provider
+    assert attributes["gen_ai.request.model"] == "gemini-2.5-pro"
+    assert attributes["gen_ai.operation.name"] == "chat"

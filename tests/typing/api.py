@@ -19,6 +19,8 @@ import httpx
 import httpx2
 import openai
 from anthropic.types import Message, RawMessageStreamEvent
+from google import genai
+from google.genai import types as genai_types
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from typing_extensions import assert_type
@@ -37,14 +39,17 @@ from hermes_transport import (
     StreamStats,
     WatchdogTransport,
     astream_chat_completion,
+    astream_content,
     astream_message,
     astream_response,
     async_http_client_for,
     async_openai_client_for,
+    genai_client_for,
     http_client_for,
     openai_client_for,
     should_stream_inline,
     stream_chat_completion,
+    stream_content,
     stream_error,
     stream_message,
     stream_response,
@@ -176,6 +181,13 @@ def sdk_clients(token: Interrupt) -> None:
 
     openai_client_for("cron", flavor="requests")  # type: ignore[arg-type]
     async_openai_client_for("cron", flavor="aiohttp")  # type: ignore[arg-type]
+
+    assert_type(genai_client_for("cron", api_key="x"), genai.Client)
+    assert_type(
+        genai_client_for("cli", flavor="httpx", policy=StreamPolicy(), interrupt=token),
+        genai.Client,
+    )
+    genai_client_for("cron", flavor="aiohttp")  # type: ignore[arg-type]
 
 
 def chat(client: openai.OpenAI, async_client: openai.AsyncOpenAI, token: Interrupt) -> None:
@@ -351,3 +363,27 @@ def fault_server() -> None:
     FaultServer("healthy")  # type: ignore[arg-type]
     FaultServer(cancel_delay="1")  # type: ignore[arg-type]
     server.requests.append("GET /")  # type: ignore[arg-type]
+
+
+def gemini(client: genai.Client, token: Interrupt) -> None:
+    def on_chunk(chunk: genai_types.GenerateContentResponse) -> None:
+        pass
+
+    assert_type(
+        stream_content(client, interrupt=token, on_chunk=on_chunk, model="m", contents="hi"),
+        genai_types.GenerateContentResponse,
+    )
+    stream_content(client, inline=True, model="m", contents="hi")
+    stream_content(client, on_chunk=print, model="m", contents="hi")
+    stream_content(client, inline="yes", model="m")  # type: ignore[arg-type]
+
+
+async def agemini(client: genai.Client, token: Interrupt) -> None:
+    async def on_chunk(chunk: genai_types.GenerateContentResponse) -> None:
+        pass
+
+    assert_type(
+        await astream_content(client, interrupt=token, on_chunk=on_chunk, model="m", contents="x"),
+        genai_types.GenerateContentResponse,
+    )
+    await astream_content(client.aio, model="m", contents="x")
