@@ -3,11 +3,14 @@
 A long stream of small events is read through the run's HTTP library (``iter_raw``), plain
 transport against ``WatchdogTransport`` (180 s stale budget), on three wires: Chat
 Completions (``POST /v1/chat/completions``), Responses (``POST /v1/responses``: ``event:
-response.output_text.delta`` and data with its ``type`` and ``sequence_number``) and
-Anthropic Messages (``POST /v1/messages``: ``content_block_delta`` events), all from the
-fault server in another process, coalesced into 64 KiB writes. On Responses and Messages
-the watchdog's scanner classifies every completed event in Python; on Chat Completions it
-keeps its per-chunk fast path after the first output (``hermes_transport._core.sse``).
+response.output_text.delta`` and data with its ``type`` and ``sequence_number``),
+Anthropic Messages (``POST /v1/messages``: ``content_block_delta`` events) and Gemini
+(``POST /v1/models/bench:streamGenerateContent?alt=sse``: untyped data events, each a
+``GenerateContentResponse``), all from the fault server in another process, coalesced
+into 64 KiB writes. On Responses, Messages and Gemini the watchdog's scanner classifies
+the events it reads (past the first output, a read's last one: on Gemini a JSON parse);
+on Chat Completions it keeps its per-chunk fast path after the first output
+(``hermes_transport._core.sse``).
 
 The discipline is figure 1's: each round opens one stream per client, takes each to its
 first chunk untimed, then reads them in alternating turns on this one thread, each turn
@@ -92,6 +95,14 @@ SPECS = (
         "Anthropic Messages",
         "/messages",
         {"model": "bench", "max_tokens": 1024, "messages": _USER, "stream": True},
+        WIRE_TARGET,
+    ),
+    WireSpec(
+        "7g",
+        "gemini",
+        "Gemini",
+        "/models/bench:streamGenerateContent?alt=sse",  # the Gemini API's, under /v1
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
         WIRE_TARGET,
     ),
 )

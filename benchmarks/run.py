@@ -40,12 +40,13 @@ NAMES = (
     "sync_scale",
     "cycles",
     "wires",
+    "gemini",
 )
 # benchmarks.flavor.FLAVORS and FLAVOR_VARIABLE, for the same reason.
 FLAVORS = ("httpx", "httpx2")
 FLAVOR_VARIABLE = "HERMES_BENCH_FLAVOR"
 #: What the environment installs; part of its fingerprint, so that a change reinstalls.
-INSTALL = ("-e", ".[httpx2]", "openai")
+INSTALL = ("-e", ".[httpx2,gemini]", "openai")
 
 
 def _python(env_dir: Path) -> Path:

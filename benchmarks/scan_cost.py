@@ -28,7 +28,12 @@ from .report import Row
 __all__ = ["CHUNK", "Scan", "rows"]
 
 CHUNK = 64 * 1024
-_KEYS: dict[Wire, str] = {"chat_completions": "7d", "responses": "7e", "messages": "7f"}
+_KEYS: dict[Wire, str] = {
+    "chat_completions": "7d",
+    "responses": "7e",
+    "messages": "7f",
+    "gemini": "7h",
+}
 
 
 def _feed(body: bytes, scanner: SSEScanner) -> tuple[float, float]:

@@ -30,6 +30,7 @@ FIGURES = {
     "sync_scale": "benchmarks.fig_sync_scale",
     "cycles": "benchmarks.fig_cycles",
     "wires": "benchmarks.fig_wires",
+    "gemini": "benchmarks.fig_gemini",
 }
 
 

@@ -75,7 +75,15 @@ FRAMEWORK_ENVIRONMENTS = (
     Frameworks(
         "3",
         "requirements-frameworks.txt",
-        ("agents", "langchain_anthropic", "langchain_openai", "litellm", "pydantic_ai"),
+        (
+            "agents",
+            "google.genai",
+            "langchain_anthropic",
+            "langchain_google_genai",
+            "langchain_openai",
+            "litellm",
+            "pydantic_ai",
+        ),
     ),
     Frameworks(
         "2", "requirements-frameworks-openai2.txt", ("instructor", "llama_index.llms.openai")

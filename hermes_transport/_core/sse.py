@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .sse_lines import CAPTURE_LIMIT, MAX_EVENT_TYPE, EventParser
-from .sse_runs import lone_last, long_run, run_start, typed_output
+from .sse_runs import judged_last, lone_last, long_run, run_start
 
 __all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "SSEScanner"]
 
@@ -104,17 +104,18 @@ class SSEScanner(EventParser):
         if not chunk:
             return 0
         if not self._skims:
-            return self._feed_lines(chunk)
+            return self._until_output(chunk)
         pending = self._event_has_data or self._event_type
         head = run_start(chunk, bool(self._line_size), bool(pending))
         run = long_run(chunk, head)
         if run is None:
             return self._feed_lines(chunk)
         start, stop = run
-        if typed_output(chunk[start:stop], self._wire, self._heartbeats):
+        judged = judged_last(chunk[start:stop], self._wire, self._heartbeats)
+        if judged is not None:
             self._skip_to_last()
             self.events += 1
-            self._end = False
+            self._end = judged == "end"
             return 1 + self._tail(chunk, stop)
         # The head ends the pending event; the run after it is complete events (no
         # state left over). The last event is read first: progress, it decides alone.
@@ -129,6 +130,20 @@ class SSEScanner(EventParser):
             if last_is_event:  # it, not the run read after it, is the read's last event
                 self._end = False
         return events + ending + self._tail(chunk, stop)
+
+    def _until_output(self, chunk: bytes) -> int:
+        """Read ``chunk`` event by event (to each blank line ending in LF) while every event
+        must be read; once the first output lets the rest go unread, scan the rest so."""
+        completed = start = 0
+        while not self._skims:
+            end = chunk.find(b"\n\n", start) + 2
+            if end < 2 or self._track:  # no boundary left, or a stream read whole
+                return completed + self._feed_lines(chunk[start:])
+            completed += self._feed_lines(chunk[start:end])
+            start = end
+            if start == len(chunk):
+                return completed
+        return completed + self._scan(chunk[start:])
 
     def _skip_to_last(self) -> None:
         """The read's last event is progress, and decides alone: what came before it is not

@@ -4,8 +4,9 @@
 with a few C searches, what that is. Until the first output (on a tracked stream,
 always) every event is read. After it, a read whose last complete event is output by
 its form alone (one data line, ``lone_last``; on a classifying wire, an event line of
-a type that is always output and one data line, ``typed_output``) is judged from that
-event, and the rest of the read before it goes unread, if longer than
+a type that is always output and one data line, ``typed_output``; on Gemini, one data
+line whose ``GenerateContentResponse`` is output or the end: ``judged_last``) is judged
+from that event, and the rest of the read before it goes unread, if longer than
 ``SMALL_MIDDLE``. Else the read is parsed up to the end of the event pending when it
 came and from its last complete event on (``run_start``, ``long_run``), and the run
 between, if that long, only when that event is not progress. Decisions stay exact;
@@ -22,10 +23,20 @@ line parser.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Literal
 
-from .wires import Wire, sure_output
+from .sse_lines import CAPTURE_LIMIT
+from .wires import Wire, classify, leading_type, sure_output
 
-__all__ = ["SMALL_MIDDLE", "lone_data", "lone_last", "long_run", "run_start", "typed_output"]
+__all__ = [
+    "SMALL_MIDDLE",
+    "judged_last",
+    "lone_data",
+    "lone_last",
+    "long_run",
+    "run_start",
+    "typed_output",
+]
 
 #: A run of complete events longer than this is read only when the read's last event is
 #: not progress (see ``sse``); a shorter one is read and counted.
@@ -106,3 +117,24 @@ def typed_output(event: bytes, wire: Wire, heartbeats: Collection[bytes]) -> boo
         and not event.startswith(b"[DONE]", value)
         and sure_output(wire, event_type)
     )
+
+
+def judged_last(
+    event: bytes, wire: Wire, heartbeats: Collection[bytes]
+) -> Literal["output", "end"] | None:
+    """How ``event``, a whole one ended by ``\\n\\n``, counts where its form decides as the
+    line parser would (``None``: it must read it): ``typed_output``'s events; on Gemini,
+    one data line that ``classify`` finds output or the end, of its data's first
+    ``CAPTURE_LIMIT`` bytes (what the parser keeps)."""
+    if wire != "gemini":
+        return "output" if typed_output(event, wire, heartbeats) else None
+    if not lone_data(event):
+        return None
+    value = event[6:-2] if event[5:6] == b" " else event[5:-2]
+    event_type = leading_type(value) or b"message"
+    if event_type in heartbeats:
+        return None
+    kind = classify(
+        wire, event_type, value[:CAPTURE_LIMIT], heartbeats, done=value.startswith(b"[DONE]")
+    )
+    return kind if kind == "output" or kind == "end" else None

@@ -274,10 +274,20 @@ _GEMINI_CONTENT = frozenset(
 )
 
 
+# How a streamed answer's chunk mostly starts: its first candidate's first part is text
+# (non-empty). Without a finishReason anywhere, such a chunk is output: no parse needed.
+_GEMINI_TEXT = re.compile(
+    rb'\s*\{\s*"candidates"\s*:\s*\[\s*\{\s*"content"\s*:\s*\{\s*(?:"role"\s*:\s*"model"\s*,\s*)?'
+    rb'"parts"\s*:\s*\[\s*\{\s*"text"\s*:\s*"(?:[^"\\]|\\.)'
+)
+
+
 def _gemini_class(data: bytes) -> EventClass | ErrorEvent:
     """A ``GenerateContentResponse`` event: an error (``{"error": ...}``), an end (every
     candidate has a ``finishReason``), output (a candidate part with content), or else
     (usage only, prompt feedback) preamble."""
+    if b'"finishReason"' not in data and _GEMINI_TEXT.match(data):
+        return "output"
     payload = _json(data)
     if not isinstance(payload, dict):
         return "output"  # unreadable (or too large to keep): it may carry anything

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from hermes_transport.testing import Scenario
 
 
 def test_demo_runs_every_scenario_and_exits_zero() -> None:
-    """The demo prints one line per scenario, with both clients, and exits 0 in under 30 s."""
+    """The demo prints one line per scenario, with both clients, and the Gemini stream's where google-genai is installed, and exits 0 in under 30 s."""
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "hermes_transport", "demo"],
@@ -36,6 +37,14 @@ def test_demo_runs_every_scenario_and_exits_zero() -> None:
     )
     assert result.stderr == ""
     assert took < 30 * 2  # the target is 30 s; shared machines get slack
+    gemini = [line for line in lines if line.startswith(_demo.GEMINI_TITLE)]
+    if importlib.util.find_spec("google.genai") is None:
+        assert gemini == []
+        assert "google-genai is not installed" in result.stdout
+    else:  # the watchdog re-sends the silent first attempt; the plain client gets no answer
+        (line,) = gemini
+        assert "ok 'hello world', 2 attempts" in line
+        assert "(no answer)" in line
 
 
 def test_demo_exits_non_zero_when_an_outcome_is_unexpected(

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hermes_transport import StreamPolicy
 from hermes_transport._core.sse import SSEScanner
@@ -222,3 +224,59 @@ def test_an_explicit_budget_wins_over_a_gemini_rule() -> None:
     """A stale budget the user set holds for a Gemini reasoning model too."""
     budgets = StreamPolicy(stale_timeout=20.0).budgets_for("gemini-2.5-pro")
     assert budgets.stale == 20.0
+
+
+_PART_KEYS = ["text", "thought", "functionCall", "thoughtSignature", "inlineData"]
+
+
+def _reference_class(payload: dict[str, Any]) -> str:
+    """The class of a parsed chunk, read from its JSON alone (the wire's rules, for errors aside)."""
+    candidates = payload.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        return "preamble"
+    if all(isinstance(c, dict) and c.get("finishReason") for c in candidates):
+        return "end"
+    for candidate in candidates:
+        parts = ((candidate.get("content") or {}) if isinstance(candidate, dict) else {}).get(
+            "parts"
+        )
+        for part in parts or []:
+            if any(part.get(key) for key in ("text", "functionCall", "inlineData")):
+                return "output"
+    return "preamble"
+
+
+@given(
+    candidates=st.lists(
+        st.fixed_dictionaries(
+            {
+                "content": st.fixed_dictionaries(
+                    {
+                        "parts": st.lists(
+                            st.dictionaries(
+                                st.sampled_from(_PART_KEYS),
+                                st.one_of(st.text(max_size=3), st.booleans(), st.just({"n": 1})),
+                                max_size=3,
+                            ),
+                            max_size=3,
+                        )
+                    },
+                    optional={"role": st.just("model")},
+                )
+            },
+            optional={"finishReason": st.sampled_from(["STOP", ""])},
+        ),
+        max_size=2,
+    ),
+    usage=st.booleans(),
+    spaced=st.booleans(),
+)
+def test_any_chunk_is_classed_as_its_json_says(
+    candidates: list[dict[str, Any]], usage: bool, spaced: bool
+) -> None:
+    """Whatever its candidates, parts and key order, a chunk's class is the one its parsed JSON gives: reading a text part's start without parsing decides nothing else."""
+    payload: dict[str, Any] = {"candidates": candidates}
+    if usage:
+        payload["usageMetadata"] = {"totalTokenCount": 3}
+    data = json.dumps(payload, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    assert classify("gemini", b"message", data, frozenset()) == _reference_class(payload)

@@ -545,3 +545,15 @@ def test_a_read_judged_from_its_typed_last_event_decides_as_one_read_one_by_one(
     assert skimmed.events == exact.events if skimmed.counted else skimmed.events <= exact.events
     if last == "done-data":
         assert exact_steps[1] == (True, True)
+
+
+@pytest.mark.parametrize("wire", sorted(TYPED))
+def test_a_first_read_is_read_event_by_event_only_up_to_its_first_output(wire: Wire) -> None:
+    """A first read that holds the preamble and a long burst of output is read event by event up to its first output only: the rest is judged from its last event, and its count is a lower bound."""
+    output = TYPED[wire][0]
+    opening = {"responses": RESPONSES_PREAMBLE, "messages": MESSAGE_START + BLOCK_START}[wire]
+    scanner = scan(wire, opening + output * 200 + b"event: ping\ndata: {")
+    assert (scanner.events >= 1, scanner.done, scanner.counted) == (True, False, False)
+    with events_read_one_by_one_up_to(10**9):
+        exact = scan(wire, opening + output * 200 + b"event: ping\ndata: {")
+    assert (exact.events, exact.counted) == (200, True)

@@ -140,19 +140,31 @@ def test_a_stall_after_output_raises_into_the_sdk_iteration(
     assert len(server.requests) == 1
 
 
+#: Where a Gemini call can be blocked: before the headers, in a thinking model's silence
+#: before its first chunk, and mid-body.
+BLOCKED = {
+    "headers": Scenario.silent_before_headers(),
+    "first_event": Scenario(think=30.0),
+    "mid_stream": Scenario.silent_after(1),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(BLOCKED))
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_an_interrupt_ends_a_blocked_gemini_stream_at_once(
-    server: FaultServer, build: Any, flavor: str, mode: str
+    server: FaultServer, build: Any, flavor: FlavorName, mode: str, stage: str
 ) -> None:
-    """An interrupt from another thread ends a Gemini stream blocked mid-body at once, sync or async."""
-    server.scenario = Scenario.silent_after(1)
+    """An interrupt from another thread ends a Gemini call at once wherever it is blocked (its headers, a thinking silence, mid-body), sync or async, and says where."""
+    server.scenario = BLOCKED[stage]
     token = Interrupt()
     client = build("gemini", flavor, policy=StreamPolicy(stale_timeout=60.0), interrupt=token)
     when = interrupt_when(token, lambda: len(server.requests) == 1, delay=0.2)
-    with pytest.raises(StreamInterrupted):
+    with pytest.raises(StreamInterrupted) as raised:
         _run(client, mode)
     assert time.monotonic() - when[0] < 2.0
+    assert raised.value.stage == stage
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize(
