@@ -18,8 +18,9 @@ the package, the tests (the type test of the public API included) and the
 tools. Then, for each major, pytest runs in its environment (all but
 ``tests/frameworks/``), and after it the SDK transparency check
 (``tools/sdk_transparency.py``): the installed openai and anthropic SDKs' own
-client and streaming tests, plainly and with every client on the watchdog, must
-give the same results. Tests marked ``once`` (they do not depend on the openai
+client and streaming tests (and, with the newest major, google-genai's network-free
+client tests), plainly and with every client on the watchdog, must give the same
+results. Tests marked ``once`` (they do not depend on the openai
 major) run only with the newest major tested. Last, ``tests/frameworks/`` runs
 in each frameworks environment whose openai major is tested, each of its
 frameworks required (``HERMES_TEST_FRAMEWORKS``): a recipe test never passes by
@@ -178,8 +179,10 @@ def _transparency(major: str, version: str) -> bool:
     """The SDK transparency check of this major; whether it passed."""
     started = time.monotonic()
     print(f"\n=== openai {version}: SDK transparency ===", flush=True)
-    # The anthropic SDK's suite does not depend on the openai major: once, with the newest.
-    suites = ["--suite", "openai"] + (["--suite", "anthropic"] if major == MAJORS[-1] else [])
+    # The anthropic and google-genai SDKs' suites do not depend on the openai major: once,
+    # with the newest.
+    others = ["--suite", "anthropic", "--suite", "genai"]
+    suites = ["--suite", "openai"] + (others if major == MAJORS[-1] else [])
     # Its SDK environments are built with the installer chosen here (sdk_transparency.py's
     # INSTALLER_VARIABLE).
     env = {**os.environ, "HERMES_TEST_INSTALLER": json.dumps(_installer())}

@@ -4,7 +4,11 @@
 For one openai major, this runs the client and streaming tests that the
 *installed* openai SDK and the installed anthropic SDK ship in their source
 distributions (``tests/test_client.py`` and ``tests/test_streaming.py`` of
-each) twice: once plainly, and once with every httpx / httpx2 client that the
+each), and the tests of the installed google-genai SDK that need no network
+(``GENAI_FILES``: client construction, HTTP options, request building, the
+httpx / httpx2 clients, retries, streaming, errors; shipped in its wheel as
+``google/genai/tests``), each suite twice: once plainly, and once with every
+httpx / httpx2 client that the
 tests and the SDKs build put on the watchdog (``tools/watchdog_everywhere.py``,
 a pytest plugin: each client's transport becomes
 ``WatchdogTransport(inner=<the transport the client would have used>)``,
@@ -20,6 +24,7 @@ watchdog) wraps no transport fails the check too.
 
     python3 tools/sdk_transparency.py --major 1          # the SDKs of .venvs/openai1
     python3 tools/sdk_transparency.py --major 3 --suite anthropic --verbose
+    python3 tools/sdk_transparency.py --major 3 --suite genai
     python3 tools/sdk_transparency.py --major 2 --json report.json
     python3 tools/sdk_transparency.py --major 3 --package-dir DIR  # DIR/hermes_transport instead
 
@@ -29,17 +34,25 @@ The *installed* SDKs are those of the project's test environment
 ``.venvs/openai<major>`` (made by ``tools/run_tests.py``). Their tests run in a
 separate environment, ``.venvs/sdk-openai<major>``, so that the SDKs' test
 dependencies never reach the project's own runs. It holds the same versions of
-openai, anthropic, httpx, httpx2 and their runtime dependencies (``PINNED``,
-from the project environment), this project (editable), the SDKs' ``aiohttp``
-extras, and the test dependencies the SDKs name in their own dev requirements,
-those their tests load (``TEST_DEPENDENCIES``), plus pytest-timeout. The sdists
+openai, anthropic, google-genai, httpx, httpx2 and their runtime dependencies
+(``PINNED``, from the project environment), this project (editable), the SDKs'
+``aiohttp`` extras (google-genai's ``httpx`` one too), and the test dependencies
+the SDKs name in their own dev requirements, those their tests load
+(``TEST_DEPENDENCIES``; google-genai's, whose wheel has no such list: pytest and
+pytest-asyncio), plus pytest-timeout. The sdists
 come from the package registry (``pip download --no-binary :all: --no-deps``);
 only their ``tests/`` and ``pyproject.toml`` are unpacked, so the tests import
-the installed SDK, under the SDK's own pytest configuration. The environment is
+the installed SDK, under the SDK's own pytest configuration. google-genai's tests
+need no sdist: they run where the SDK is installed (site-packages), with a
+``pytest.ini`` of the check's own (``GENAI_PYTEST_INI``), so that neither this
+project's pytest settings nor a test's relative imports go astray; the tests that
+replay recorded API sessions (not shipped) or call the API are not among
+``GENAI_FILES``, and ``GENAI_DESELECT`` / ``GENAI_KEYWORD`` leave out a few more,
+each for its reason. The environment is
 rebuilt only when a version or this recipe changes, with the installer the test command
 chose (uv; ``INSTALLER_VARIABLE``), or pip when run on its own. Nothing else uses the
-network: the tests mock every request (respx, ``MockTransport``) or serve it on
-loopback; none needs the SDKs' mock API server, so none is deselected. On
+network: the tests mock every request (respx, ``MockTransport``, mocked
+transports) or serve it on loopback; none needs the SDKs' mock API server. On
 openai 3.x the openai suite runs with ``OPENAI_TEST_LEGACY_HTTPX=1``, the SDK's
 own lane that adds its legacy-httpx streaming tests.
 """
@@ -92,6 +105,12 @@ PINNED = (
     "jiter",
     "certifi",
     "idna",
+    "google-genai",
+    "google-auth",
+    "requests",
+    "tenacity",
+    "websockets",
+    "truststore",
 )
 # The SDKs' dev requirements, less type checkers, linters, stubs and cloud SDKs:
 # what their client and streaming tests (and conftests) import or load.
@@ -134,15 +153,64 @@ AMBIENT = re.compile(
 class Suite:
     """One SDK's tests to compare, with the extra environment they run under."""
 
-    name: str  # the SDK distribution whose sdist ships the tests
+    name: str  # the suite, and the SDK distribution whose sdist ships the tests
     env: Mapping[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = TEST_FILES  # what pytest runs
+    # The SDK distribution, when not ``name``; the extras installed with it.
+    distribution: str = ""
+    extras: str = "aiohttp"
+    # Tests its wheel ships (``files`` are paths in site-packages) instead of its sdist.
+    in_wheel: bool = False
+    requirements: tuple[str, ...] = ()  # test dependencies not named in a pyproject
+    deselect: tuple[str, ...] = ()  # test ids (or prefixes) left out, each for a reason
+    keyword: str = ""  # a ``-k`` expression: the tests chosen by name
+
+    @property
+    def sdk(self) -> str:
+        return self.distribution or self.name
+
+
+# google-genai's tests, in its wheel: the client (construction, HTTP options, request
+# building, the httpx / httpx2 / aiohttp clients, retries, streaming, closing), the
+# errors and the common helpers. Every request is mocked (the transports'
+# ``send``/``handle_request``, ``MockTransport``, aiohttp's ``_request``) or served on
+# loopback. The other directories replay recorded API sessions, which the wheel does
+# not ship, or call the API.
+GENAI_TESTS = "google/genai/tests/"
+GENAI_FILES = tuple(GENAI_TESTS + name for name in ("client", "errors", "common"))
+# Sleeps through tenacity's real back-off (1+2+4+8 s), with no HTTP client at all.
+GENAI_DESELECT = (GENAI_TESTS + "client/test_retries.py::test_retry_wait",)
+# The aiohttp client's tests: no httpx / httpx2 client sends their requests, so the
+# watchdog changes nothing in them; several sleep through real retry back-off, and
+# one (test_aiohttp_retries_failed_request_retries_unsuccessfully_mtls) connects to
+# aiplatform.googleapis.com.
+GENAI_KEYWORD = "not aiohttp"
+# pytest's configuration for google-genai's tests (upstream's is not in the wheel): not
+# this project's (setup.cfg, found above the environment), and ``google.genai.tests``
+# imported as such, ``google`` being a namespace package.
+GENAI_PYTEST_INI = """\
+[pytest]
+consider_namespace_packages = true
+asyncio_mode = strict
+asyncio_default_fixture_loop_scope = function
+"""
 
 
 def suites_for(major: str) -> list[Suite]:
     # openai 3.x tests the legacy httpx client in a lane of its own: the variable
     # only adds the tests that take either library (test_streaming's http_module).
     openai_env = {"OPENAI_TEST_LEGACY_HTTPX": "1"} if major == "3" else {}
-    return [Suite("openai", openai_env), Suite("anthropic")]
+    genai = Suite(
+        "genai",
+        files=GENAI_FILES,
+        distribution="google-genai",
+        extras="aiohttp,httpx",
+        in_wheel=True,
+        requirements=("pytest", "pytest-asyncio"),
+        deselect=GENAI_DESELECT,
+        keyword=GENAI_KEYWORD,
+    )
+    return [Suite("openai", openai_env), Suite("anthropic"), genai]
 
 
 @dataclass(frozen=True)
@@ -207,6 +275,10 @@ class Category:
 CATEGORIES: tuple[Category, ...] = (
     Category("transport internals: a test reads the client's transport", _TRANSPORT_CLASS),
     Category("redirects: a redirected request's body is not read", r"RequestNotRead"),
+    Category(
+        "a test patched the HTTP library's transport classes with a mock",
+        r"isinstance\(\) arg 2 must be a type",
+    ),
     Category("httpx2 transport refused (alias_httpx)", r"runs on httpx2?, but inner is an"),
     Category(
         "inner transport not entered or exited", r"__a?enter__|__a?exit__|not entered|entered"
@@ -441,11 +513,16 @@ class Environment:
 
     python: Path
     versions: Mapping[str, str]
-    suites: Mapping[str, Path]  # SDK name -> its unpacked sdist
+    # Suite name -> where its pytest runs: the unpacked sdist, or site-packages (in_wheel).
+    suites: Mapping[str, Path]
     package_dir: Path | None = None  # a directory whose hermes_transport the tests import
+    configs: Mapping[str, Path] = field(default_factory=dict)  # suite -> its pytest.ini
 
 
-def prepare(major: str, sdks: Iterable[str]) -> Environment:
+_PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+
+
+def prepare(major: str, all_suites: Iterable[Suite]) -> Environment:
     """Build (or reuse) ``.venvs/sdk-openai<major>`` for the SDKs of ``.venvs/openai<major>``."""
     project_python = _python(ROOT / ".venvs" / f"openai{major}")
     if not project_python.exists():
@@ -454,19 +531,24 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
             f" python3 tools/run_tests.py --major {major}"
         )
     python_version, versions = installed_versions(project_python)
-    present = [sdk for sdk in sdks if sdk in versions]
+    present = [suite for suite in all_suites if suite.sdk in versions]
     directory = ROOT / ".venvs" / f"sdk-openai{major}"
     python = _python(directory)
-    suites = {sdk: directory / "suites" / f"{sdk}-{versions[sdk]}" for sdk in present}
+    unpacked = {s.name: directory / "suites" / f"{s.name}-{versions[s.sdk]}" for s in present}
+    # A wheel's tests have no sdist: their directory holds the pytest.ini they run with.
+    configs = {s.name: unpacked[s.name] / "pytest.ini" for s in present if s.in_wheel}
+    wheel_suites = [[s.name, s.sdk, s.extras, *s.requirements] for s in present if s.in_wheel]
     recipe = [RECIPE, PINNED, sorted(TEST_DEPENDENCIES), HARNESS_DEPENDENCIES, python_version]
-    stamp = json.loads(json.dumps({"recipe": recipe, "versions": versions, "sdks": present}))
+    recipe += [wheel_suites, GENAI_PYTEST_INI]
+    sdks = [suite.sdk for suite in present]
+    stamp = json.loads(json.dumps({"recipe": recipe, "versions": versions, "sdks": sdks}))
     stamp_file = directory / "transparency-stamp.json"
     try:
         fresh = json.loads(stamp_file.read_text(encoding="utf-8")) == stamp
     except (OSError, ValueError):
         fresh = False
-    if fresh and python.exists() and all(path.is_dir() for path in suites.values()):
-        return Environment(python, versions, suites)
+    if fresh and python.exists() and all(path.is_dir() for path in unpacked.values()):
+        return _environment_of(python, versions, present, unpacked, configs)
 
     started = time.monotonic()
     _say(f"sdk_transparency: building .venvs/sdk-openai{major} ...")
@@ -476,7 +558,13 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
     (directory / "suites").mkdir()
     requirements: set[str] = set()
-    for sdk in present:
+    for suite in present:
+        if suite.in_wheel:  # its tests come with the SDK's install below
+            unpacked[suite.name].mkdir()
+            configs[suite.name].write_text(GENAI_PYTEST_INI, encoding="utf-8")
+            requirements.update(suite.requirements)
+            continue
+        sdk = suite.sdk
         sdists = directory / "sdists" / sdk
         spec = f"{sdk}=={versions[sdk]}"
         download = [*pip, "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
@@ -484,24 +572,45 @@ def prepare(major: str, sdks: Iterable[str]) -> Environment:
         archives = sorted(sdists.glob("*.tar.gz"))
         if len(archives) != 1:
             raise SystemExit(f"sdk_transparency: no single sdist of {spec} in {sdists}")
-        unpack_tests(archives[0], suites[sdk])
-        for name in TEST_FILES:
-            if not (suites[sdk] / name).is_file():
+        unpack_tests(archives[0], unpacked[suite.name])
+        for name in suite.files:
+            if not (unpacked[suite.name] / name).is_file():
                 raise SystemExit(f"sdk_transparency: the {spec} sdist ships no {name}")
-        requirements.update(dev_requirements(suites[sdk] / "pyproject.toml"))
+        requirements.update(dev_requirements(unpacked[suite.name] / "pyproject.toml"))
     constraints = directory / "constraints.txt"
     constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(versions.items())), "utf-8")
-    wanted = [f"{sdk}[aiohttp]=={versions[sdk]}" for sdk in present]
+    wanted = [f"{s.sdk}[{s.extras}]=={versions[s.sdk]}" for s in present]
     wanted += [f"httpx2=={versions['httpx2']}"] if "httpx2" in versions else []
     install = [*_installer(python), "--constraint", str(constraints), "--editable", "."]
     _run_quiet(
         [*install, *wanted, *sorted(requirements), *HARNESS_DEPENDENCIES],
         "installing the SDK test environment",
     )
+    environment = _environment_of(python, versions, present, unpacked, configs)
+    for suite in present:
+        for name in suite.files if suite.in_wheel else ():
+            if not (environment.suites[suite.name] / name).exists():
+                spec = f"{suite.sdk}=={versions[suite.sdk]}"
+                raise SystemExit(f"sdk_transparency: the {spec} wheel ships no {name}")
     stamp_file.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
     took = time.monotonic() - started
     _say(f"sdk_transparency: .venvs/sdk-openai{major} built in {took:.0f} s")
-    return Environment(python, versions, suites)
+    return environment
+
+
+def _environment_of(
+    python: Path,
+    versions: Mapping[str, str],
+    present: Sequence[Suite],
+    unpacked: Mapping[str, Path],
+    configs: Mapping[str, Path],
+) -> Environment:
+    """The environment, its wheel-shipped suites running in its site-packages."""
+    suites = dict(unpacked)
+    if configs:
+        purelib = Path(_run_quiet([str(python), "-c", _PURELIB], "finding site-packages").strip())
+        suites.update({suite.name: purelib for suite in present if suite.in_wheel})
+    return Environment(python, versions, suites, configs=configs)
 
 
 def _installer(python: Path) -> list[str]:
@@ -525,10 +634,15 @@ def _environment(environment: Environment, run: Run) -> dict[str, str]:
     return env
 
 
-def _command(python: Path, run: Run) -> list[str]:
+def _command(environment: Environment, run: Run) -> list[str]:
     plugins = ["-p", "sdk_transparency"] + (["-p", "watchdog_everywhere"] if run.watchdog else [])
+    config = environment.configs.get(run.suite.name)
+    # A wheel's tests: its own pytest.ini, and the test ids relative to site-packages.
+    configuration = ["-c", str(config), "--rootdir", "."] if config is not None else []
+    deselected = [f"--deselect={test}" for test in run.suite.deselect]
+    deselected += ["-k", run.suite.keyword] if run.suite.keyword else []
     return [
-        str(python),
+        str(environment.python),
         "-m",
         "pytest",
         *plugins,
@@ -540,6 +654,8 @@ def _command(python: Path, run: Run) -> list[str]:
         "-rN",
         "--continue-on-collection-errors",
         f"--timeout={TEST_TIMEOUT}",
+        *configuration,
+        *deselected,
         *run.tests,
     ]
 
@@ -552,7 +668,7 @@ def _start(environment: Environment, run: Run) -> subprocess.Popen[bytes]:
         run.wrapped_dir.mkdir()
     with open(run.log, "wb") as log:
         return subprocess.Popen(
-            _command(environment.python, run),
+            _command(environment, run),
             cwd=environment.suites[run.suite.name],
             env=_environment(environment, run),
             stdin=subprocess.DEVNULL,
@@ -810,7 +926,7 @@ def check(
     """Compare the suites of one major; print the report; whether they are the same."""
     chosen = [suite for suite in suites_for(major) if not only or suite.name in only]
     # The environment holds every SDK's tests, whichever are compared this time.
-    environment = prepare(major, [suite.name for suite in suites_for(major)])
+    environment = prepare(major, suites_for(major))
     if package_dir is not None:
         if not (package_dir / "hermes_transport" / "__init__.py").is_file():
             raise SystemExit(f"sdk_transparency: no hermes_transport package in {package_dir}")
@@ -825,9 +941,9 @@ def check(
     workdir = Path(tempfile.mkdtemp(prefix=f"sdk-transparency-{major}-"))
     reports = []
     for suite in chosen:
-        version = environment.versions[suite.name]
+        version = environment.versions[suite.sdk]
         plain, watchdog = (
-            Run(suite, on, TEST_FILES, workdir, f"{suite.name}-{'watchdog' if on else 'plain'}")
+            Run(suite, on, suite.files, workdir, f"{suite.name}-{'watchdog' if on else 'plain'}")
             for on in (False, True)
         )
         reports.append(SuiteReport(suite, version, plain, watchdog))
@@ -857,7 +973,9 @@ def check(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--major", choices=("1", "2", "3"), required=True, help="openai major")
-    parser.add_argument("--suite", choices=("openai", "anthropic"), action="append", default=[])
+    parser.add_argument(
+        "--suite", choices=("openai", "anthropic", "genai"), action="append", default=[]
+    )
     parser.add_argument("--jobs", type=int, default=4, help="pytest sessions at once (4)")
     parser.add_argument("--verbose", action="store_true", help="list known differences too")
     parser.add_argument("--json", type=Path, help="write the report here as JSON")

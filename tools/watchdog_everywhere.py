@@ -4,7 +4,9 @@ Loaded by ``tools/sdk_transparency.py`` into the second of its two runs of an
 SDK's own tests (``PYTHONPATH=tools python -m pytest -p watchdog_everywhere``).
 At ``pytest_configure`` it patches the constructors of ``httpx.Client``,
 ``httpx.AsyncClient``, ``httpx2.Client`` and ``httpx2.AsyncClient`` (whichever
-are installed; subclasses such as the SDKs' default clients included): once
+are installed; subclasses such as the SDKs' default clients included, like
+google-genai's ``SyncHttpx2Client`` / ``AsyncHttpx2Client``, whose constructors
+call these): once
 the original constructor has built the client, every transport it holds is
 wrapped, ``client._transport`` and each mounted one alike::
 

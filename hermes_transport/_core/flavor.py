@@ -100,14 +100,21 @@ def library_of(transport: object) -> FlavorName | None:
         module = sys.modules.get(name)  # a library never imported made no transport
         if module is None or module.__name__ != name:  # an alias of the other one
             continue
-        if isinstance(transport, (module.BaseTransport, module.AsyncBaseTransport)):
+        if isinstance(transport, _transport_classes(module)):
             return name
     return None
 
 
 def runs_on(transport: object, flavor: Flavor) -> bool:
     """Whether ``transport`` is a transport of ``flavor``'s own library (sync or async)."""
-    return isinstance(transport, (flavor.http.BaseTransport, flavor.http.AsyncBaseTransport))
+    return isinstance(transport, _transport_classes(flavor.http))
+
+
+def _transport_classes(http: Any) -> tuple[type, ...]:
+    """The library's transport base classes, as its module holds them now: only classes,
+    since a caller's test may have patched one with a mock (google-genai's own tests do)."""
+    found = (getattr(http, "BaseTransport", None), getattr(http, "AsyncBaseTransport", None))
+    return tuple(cls for cls in found if isinstance(cls, type))
 
 
 @functools.cache

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import anyio
 import httpcore
@@ -932,3 +933,17 @@ def test_the_sdk_does_not_repeat_a_request_whose_body_broke_before_its_first_eve
             for _ in stream:
                 pass
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("name", ["BaseTransport", "AsyncBaseTransport"])
+def test_a_transport_class_patched_with_a_mock_does_not_break_the_watchdog(
+    flavor: Flavor, name: str
+) -> None:
+    """A test that patches the HTTP library's transport base class with a mock and hands that mock over as the transport (as google-genai's own tests do) still gets a watchdog around it."""
+    inner = mock.MagicMock()
+    watchdog_class = (
+        flavor.AsyncWatchdogTransport if name.startswith("Async") else flavor.WatchdogTransport
+    )
+    with mock.patch.object(flavor.http, name):
+        transport = watchdog_class(inner=inner)
+    assert transport is not None
