@@ -104,7 +104,8 @@ class SSEScanner(EventParser):
         if not chunk:
             return 0
         if not self._skims:
-            return self._until_output(chunk)
+            # A tracked stream is read whole, always; any other until its first output.
+            return self._feed_lines(chunk) if self._track else self._until_output(chunk)
         pending = self._event_has_data or self._event_type
         head = run_start(chunk, bool(self._line_size), bool(pending))
         run = long_run(chunk, head)
@@ -137,7 +138,7 @@ class SSEScanner(EventParser):
         completed = start = 0
         while not self._skims:
             end = chunk.find(b"\n\n", start) + 2
-            if end < 2 or self._track:  # no boundary left, or a stream read whole
+            if end < 2:  # no boundary left: the rest is one event, or part of one
                 return completed + self._feed_lines(chunk[start:])
             completed += self._feed_lines(chunk[start:end])
             start = end
