@@ -1,4 +1,6 @@
-"""What the frameworks' recipe tests share: a framework's import, and how they interrupt.
+"""What the frameworks' recipe tests share: a framework's import, how they interrupt, and
+the ways of running a framework that more than one recipe test uses (pydantic-ai's
+streams, litellm kept offline).
 
 The frameworks' tests run in the frameworks' own environments, which the test command
 builds (``.venvs/frameworks-openai3`` and ``.venvs/frameworks-openai2``: their
@@ -14,9 +16,11 @@ import asyncio
 import contextlib
 import importlib
 import os
+import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sized
+from collections.abc import AsyncIterator, Callable, Iterator, Sized
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -82,3 +86,54 @@ ASYNC_INTERRUPTS = pytest.mark.parametrize(
     ],
     ids=["headers-thread", "mid_stream-thread", "mid_stream-task"],
 )
+
+
+def pai_stream(agent: Any, run: str, loop: asyncio.AbstractEventLoop, into: list[str]) -> None:
+    """Stream a pydantic-ai agent's answer's text deltas into `into`, the documented way:
+    run_stream_sync, or run_stream on `loop`."""
+    if run == "run_stream_sync":
+        with agent.run_stream_sync("hi") as result:
+            for text in result.stream_text(delta=True):
+                into.append(text)
+        return
+
+    async def stream() -> None:
+        async with agent.run_stream("hi") as result:
+            async for text in result.stream_text(delta=True):
+                into.append(text)
+
+    loop.run_until_complete(stream())
+
+
+#: The host names a recipe test may resolve.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+@contextlib.contextmanager
+def litellm_offline(litellm: ModuleType, warm_up: Callable[[], None]) -> Iterator[list[str]]:
+    """No callbacks, every host name resolved meanwhile loopback (yields the names asked
+    for), no event loop left open, and ``warm_up`` run first: litellm's first call in a
+    process spends seconds (its tokenizer, lazy imports), more than a test's budgets."""
+    resolved: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        resolved.append(str(host))
+        if str(host) not in LOOPBACK:
+            raise socket.gaierror(f"not loopback: {host}")
+        return real(host, *args, **kwargs)
+
+    # A sync call dispatches litellm's service hooks on asyncio.get_event_loop(), which
+    # would make the main thread a loop that nothing closes: give it one closed after.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("callbacks", "success_callback", "failure_callback"):
+                patch.setattr(litellm, name, [])
+            patch.setattr(socket, "getaddrinfo", getaddrinfo)
+            warm_up()
+            yield resolved
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

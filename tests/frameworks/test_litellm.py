@@ -18,10 +18,8 @@ the bundled one, offline mode is on and every name resolved must be loopback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
@@ -39,7 +37,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework, interrupt_at, interrupting
+from _frameworks_support import LOOPBACK, framework, interrupt_at, interrupting, litellm_offline
 from _support import assert_prompt, record_sdk_sleeps
 
 # Read at import: else litellm fetches its model cost map from GitHub as it loads.
@@ -64,38 +62,20 @@ pytestmark = pytest.mark.filterwarnings("ignore:Items? .*ReadOnly. qualifier:Use
 
 _LL_POLICY = StreamPolicy(stale_timeout=0.5, first_event_timeout=0.5, retries=1)
 _LL_MESSAGES = [{"role": "user", "content": "hi"}]
-_LL_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _LlOurs = TypeVar("_LlOurs", StreamStalled, StreamInterrupted)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _ll_offline() -> Iterator[None]:
-    """No callbacks, every host name resolved in this module loopback, no event loop left
-    open, and one stream first: litellm's first call in a process spends seconds (its
-    tokenizer, lazy imports), more than a test's budgets."""
-    resolved: list[str] = []
-    real = socket.getaddrinfo
+    """litellm offline for this module (``litellm_offline``), warmed up on one stream."""
 
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        resolved.append(str(host))
-        if str(host) not in _LL_LOOPBACK:
-            raise socket.gaierror(f"not loopback: {host}")
-        return real(host, *args, **kwargs)
-
-    # A sync call dispatches litellm's service hooks on asyncio.get_event_loop(), which
-    # would make the main thread a loop that nothing closes: give it one closed after.
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("callbacks", "success_callback", "failure_callback"):
-            patch.setattr(litellm, name, [])
-        patch.setattr(socket, "getaddrinfo", getaddrinfo)
+    def warm_up() -> None:
         with FaultServer() as server, _ll_client(server, policy=StreamPolicy()) as client:
             assert "".join(_ll_stream(client)) == "hello world"
+
+    with litellm_offline(litellm, warm_up) as resolved:
         yield
-    asyncio.set_event_loop(None)
-    loop.close()
-    assert set(resolved) <= _LL_LOOPBACK
+    assert set(resolved) <= LOOPBACK
 
 
 @contextlib.contextmanager

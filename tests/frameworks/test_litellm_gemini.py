@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
@@ -41,7 +40,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework
+from _frameworks_support import LOOPBACK, framework, litellm_offline
 from _support import assert_prompt, interrupt_when
 
 # Read at import: else litellm fetches its model cost map from GitHub as it loads.
@@ -61,7 +60,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:Items? .*ReadOnly. qualifier:Use
 MODEL = "gemini-3.5-flash-lite"
 _POLICY = StreamPolicy(stale_timeout=0.5, first_event_timeout=1.0, retries=1)
 _MESSAGES = [{"role": "user", "content": "hi"}]
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _MODES = pytest.mark.parametrize("mode", ["completion", "acompletion"])
 #: A stream that sends its first event, then holds the connection open in silence.
 _HELD = replace(Scenario.silent_after(1), hold=5.0)
@@ -69,32 +67,15 @@ _HELD = replace(Scenario.silent_after(1), hold=5.0)
 
 @pytest.fixture(scope="module", autouse=True)
 def _offline() -> Iterator[None]:
-    """No callbacks, every host name resolved in this module loopback, no event loop left
-    open, and one stream first: litellm's first call in a process spends seconds (its
-    tokenizer, lazy imports), more than a test's budgets."""
-    resolved: list[str] = []
-    real = socket.getaddrinfo
+    """litellm offline for this module (``litellm_offline``), warmed up on one stream."""
 
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        resolved.append(str(host))
-        if str(host) not in _LOOPBACK:
-            raise socket.gaierror(f"not loopback: {host}")
-        return real(host, *args, **kwargs)
-
-    # A sync call dispatches litellm's service hooks on asyncio.get_event_loop(), which
-    # would make the main thread a loop that nothing closes: give it one closed after.
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("callbacks", "success_callback", "failure_callback"):
-            patch.setattr(litellm, name, [])
-        patch.setattr(socket, "getaddrinfo", getaddrinfo)
+    def warm_up() -> None:
         with FaultServer() as server:
             assert _text(server, "completion", [], StreamPolicy()) == "hello world"
+
+    with litellm_offline(litellm, warm_up) as resolved:
         yield
-    asyncio.set_event_loop(None)
-    loop.close()
-    assert set(resolved) <= _LOOPBACK
+    assert set(resolved) <= LOOPBACK
 
 
 def _api_base(server: FaultServer) -> str:

@@ -36,7 +36,7 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework
+from _frameworks_support import framework, pai_stream
 from _support import assert_prompt, interrupt_when
 
 pydantic_ai = framework("pydantic_ai")
@@ -85,28 +85,12 @@ def _pai_thread_agent(
         loop.close()
 
 
-def _pai_stream(agent: Any, run: str, loop: asyncio.AbstractEventLoop, into: list[str]) -> None:
-    """Stream the answer's text deltas into `into`, the documented way: run_stream_sync, or run_stream on `loop`."""
-    if run == "run_stream_sync":
-        with agent.run_stream_sync("hi") as result:
-            for text in result.stream_text(delta=True):
-                into.append(text)
-        return
-
-    async def stream() -> None:
-        async with agent.run_stream("hi") as result:
-            async for text in result.stream_text(delta=True):
-                into.append(text)
-
-    loop.run_until_complete(stream())
-
-
 @_PAI_RUNS
 def test_pydantic_ai_streams_a_healthy_answer_whole(server: FaultServer, run: str) -> None:
     """A healthy stream reaches the caller's text deltas whole, in one request."""
     deltas: list[str] = []
     with _pai_thread_agent(server) as (agent, loop):
-        _pai_stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     assert "".join(deltas) == "hello world"
     assert len(server.requests) == 1
 
@@ -119,7 +103,7 @@ def test_pydantic_ai_a_stall_after_the_first_event_raises_model_timeout_error_ov
     server.scenario = Scenario.silent_after(2)
     deltas: list[str] = []
     with _pai_thread_agent(server) as (agent, loop), pytest.raises(ModelTimeoutError) as info:
-        _pai_stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     assert isinstance(info.value.__cause__, openai.APITimeoutError)
     stalled = stream_error(info.value)
     assert isinstance(stalled, StreamStalled)
@@ -137,7 +121,7 @@ def test_pydantic_ai_a_stall_before_the_first_event_is_re_sent_and_answers_whole
     server.scenario = Scenario.stall_first(1)
     deltas: list[str] = []
     with _pai_thread_agent(server) as (agent, loop):
-        _pai_stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     assert "".join(deltas) == "hello world"
     assert [request.attempt for request in server.requests] == [0, 1]
 
@@ -157,7 +141,7 @@ def test_pydantic_ai_an_interrupt_from_another_thread_raises_stream_interrupted_
     )
     with _pai_thread_agent(server) as (agent, loop), stop.bind():
         with pytest.raises(StreamInterrupted) as info:
-            _pai_stream(agent, run, loop, deltas)
+            pai_stream(agent, run, loop, deltas)
     assert_prompt(when, info.value, stage)
     assert stream_error(info.value) is info.value
     assert bool(deltas) == (stage == "mid_stream")

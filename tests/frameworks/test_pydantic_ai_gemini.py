@@ -36,8 +36,8 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework
-from _support import assert_prompt, interrupt_when
+from _frameworks_support import framework, interrupt_at, pai_stream
+from _support import assert_prompt
 
 pydantic_ai = framework("pydantic_ai")
 framework("google.genai")
@@ -82,22 +82,6 @@ def _agent(
         loop.close()
 
 
-def _stream(agent: Any, run: str, loop: asyncio.AbstractEventLoop, into: list[str]) -> None:
-    """Stream the answer's text deltas into `into`: run_stream_sync, or run_stream on `loop`."""
-    if run == "run_stream_sync":
-        with agent.run_stream_sync("hi") as result:
-            for text in result.stream_text(delta=True):
-                into.append(text)
-        return
-
-    async def stream() -> None:
-        async with agent.run_stream("hi") as result:
-            async for text in result.stream_text(delta=True):
-                into.append(text)
-
-    loop.run_until_complete(stream())
-
-
 @_RUNS
 def test_pydantic_ai_gemini_streams_a_healthy_answer_whole_on_the_watchdog(
     server: FaultServer, run: str
@@ -106,7 +90,7 @@ def test_pydantic_ai_gemini_streams_a_healthy_answer_whole_on_the_watchdog(
     stats: list[StreamStats] = []
     deltas: list[str] = []
     with _agent(server, stats=stats) as (agent, loop):
-        _stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     assert "".join(deltas) == "hello world"
     assert len(server.requests) == 1
     assert [(s.wire, s.model, s.outcome) for s in stats] == [("gemini", MODEL, "completed")]
@@ -120,7 +104,7 @@ def test_pydantic_ai_gemini_a_silent_first_attempt_is_re_sent_and_answers_whole(
     server.scenario = Scenario.stall_first(1)
     deltas: list[str] = []
     with _agent(server) as (agent, loop):
-        _stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     assert "".join(deltas) == "hello world"
     assert [request.attempt for request in server.requests] == [0, 1]
 
@@ -133,7 +117,7 @@ def test_pydantic_ai_gemini_a_stall_after_output_raises_model_timeout_error_over
     server.scenario = Scenario.silent_after(1)
     deltas: list[str] = []
     with _agent(server) as (agent, loop), pytest.raises(ModelTimeoutError) as info:
-        _stream(agent, run, loop, deltas)
+        pai_stream(agent, run, loop, deltas)
     stalled = stream_error(info.value)
     assert isinstance(stalled, StreamStalled)
     assert info.value.__cause__ is stalled
@@ -152,12 +136,10 @@ def test_pydantic_ai_gemini_an_interrupt_from_another_thread_raises_stream_inter
     server.scenario = _HELD if stage == "mid_stream" else Scenario.silent_before_headers()
     stop = Interrupt()
     deltas: list[str] = []
-    when = interrupt_when(
-        stop, lambda: bool(deltas) or (stage == "headers" and bool(server.requests))
-    )
+    when = interrupt_at(stop, stage, server, deltas)
     with _agent(server) as (agent, loop), stop.bind():
         with pytest.raises(StreamInterrupted) as info:
-            _stream(agent, run, loop, deltas)
+            pai_stream(agent, run, loop, deltas)
     assert_prompt(when, info.value, stage)
     assert stream_error(info.value) is info.value
     assert bool(deltas) == (stage == "mid_stream")
