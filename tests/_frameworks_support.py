@@ -110,10 +110,9 @@ LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 @contextlib.contextmanager
-def litellm_offline(litellm: ModuleType, warm_up: Callable[[], None]) -> Iterator[list[str]]:
-    """No callbacks, every host name resolved meanwhile loopback (yields the names asked
-    for), no event loop left open, and ``warm_up`` run first: litellm's first call in a
-    process spends seconds (its tokenizer, lazy imports), more than a test's budgets."""
+def loopback_only() -> Iterator[list[str]]:
+    """Meanwhile every host name resolved is loopback, any other refused: nothing leaves the
+    machine. Yields the names asked for."""
     resolved: list[str] = []
     real = socket.getaddrinfo
 
@@ -123,15 +122,25 @@ def litellm_offline(litellm: ModuleType, warm_up: Callable[[], None]) -> Iterato
             raise socket.gaierror(f"not loopback: {host}")
         return real(host, *args, **kwargs)
 
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket, "getaddrinfo", getaddrinfo)
+        yield resolved
+
+
+@contextlib.contextmanager
+def litellm_offline(litellm: ModuleType, warm_up: Callable[[], None]) -> Iterator[list[str]]:
+    """No callbacks, every host name resolved meanwhile loopback (``loopback_only``: yields
+    the names asked for), no event loop left open, and ``warm_up`` run first: litellm's
+    first call in a process spends seconds (its tokenizer, lazy imports), more than a
+    test's budgets."""
     # A sync call dispatches litellm's service hooks on asyncio.get_event_loop(), which
     # would make the main thread a loop that nothing closes: give it one closed after.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        with pytest.MonkeyPatch.context() as patch:
+        with loopback_only() as resolved, pytest.MonkeyPatch.context() as patch:
             for name in ("callbacks", "success_callback", "failure_callback"):
                 patch.setattr(litellm, name, [])
-            patch.setattr(socket, "getaddrinfo", getaddrinfo)
             warm_up()
             yield resolved
     finally:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -44,9 +43,11 @@ from hermes_transport.testing import FaultServer, Scenario
 
 from _frameworks_support import (
     ASYNC_INTERRUPTS,
+    LOOPBACK,
     framework,
     interrupt_at,
     interrupting,
+    loopback_only,
 )
 from _support import PROMPT, assert_prompt, record_sdk_sleeps
 
@@ -62,25 +63,14 @@ importlib.import_module("openai.resources")
 
 _LI_POLICY = StreamPolicy(stale_timeout=0.5, first_event_timeout=0.5, retries=1)
 _LI_MESSAGES = [ChatMessage(role="user", content="hi")]
-_LI_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _li_loopback_only() -> Iterator[None]:
     """Every host name resolved in this module is loopback: nothing leaves the machine."""
-    resolved: list[str] = []
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        resolved.append(str(host))
-        if str(host) not in _LI_LOOPBACK:
-            raise socket.gaierror(f"not loopback: {host}")
-        return real(host, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(socket, "getaddrinfo", getaddrinfo)
+    with loopback_only() as resolved:
         yield
-    assert set(resolved) <= _LI_LOOPBACK
+    assert set(resolved) <= LOOPBACK
 
 
 def _li_openai(
