@@ -16,7 +16,7 @@ from typing import Any
 from .sse import SSEScanner
 from .wires import ErrorEvent, Wire
 
-__all__ = ["ProgressMeter", "is_event_stream", "stream_asked", "wants_stream"]
+__all__ = ["ProgressMeter", "is_event_stream", "stream_asked"]
 
 logger = logging.getLogger("hermes_transport")
 
@@ -26,23 +26,18 @@ _SLICE = 64 * 1024
 _STREAM_KEY = re.compile(rb'"stream"\s*:\s*true')
 
 
-def wants_stream(headers_accept: str, content_type: str, body: bytes | None) -> bool:
-    """Whether a request asks for a streamed (SSE) response.
-
-    True for ``Accept: text/event-stream`` or a JSON body whose top-level
-    ``"stream"`` is ``true``. A cheap byte search filters bodies before the
-    JSON is parsed, so ordinary requests cost a scan, not a parse.
-    """
-    return stream_asked(headers_accept, content_type, body)[0]
-
-
 def stream_asked(
     headers_accept: str, content_type: str, body: bytes | None
 ) -> tuple[bool, dict[str, Any] | None]:
-    """``wants_stream``, and the body's top-level JSON object if the request may stream
-    (``None``: no JSON object, or not parsed): parsed once, for every later question
+    """Whether a request asks for a streamed (SSE) response, and the body's top-level JSON
+    object if it may (``None``: no JSON object, or not parsed).
+
+    It asks with ``Accept: text/event-stream`` or a JSON body whose top-level ``"stream"``
+    is ``true``. A cheap byte search filters bodies before the JSON is parsed, so ordinary
+    requests cost a scan, not a parse; the object is parsed once, for every later question
     about a streaming request (its model, whether it runs in the background), since an
-    agent's request body can be megabytes."""
+    agent's request body can be megabytes.
+    """
     sse = "text/event-stream" in headers_accept.lower()
     if not body:
         return sse, None

@@ -1,4 +1,4 @@
-"""Tests for ``ProgressMeter`` (decoding + scanning), ``wants_stream`` and ``is_event_stream``."""
+"""Tests for ``ProgressMeter`` (decoding + scanning), ``stream_asked`` and ``is_event_stream``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_transport._core.progress import ProgressMeter, is_event_stream, wants_stream
+from hermes_transport._core.progress import ProgressMeter, is_event_stream, stream_asked
 from hermes_transport._core.sse import SSEScanner
 from hermes_transport._core.wires import Wire
 
@@ -430,7 +430,7 @@ def test_raw_deflate_minimal_one_byte_chunks() -> None:
     assert (meter.events, meter.blind) == (0, False)
 
 
-# --------------------------------------------------------------------------- wants_stream
+# --------------------------------------------------------------------------- stream_asked
 
 
 @pytest.mark.parametrize(
@@ -447,9 +447,9 @@ def test_raw_deflate_minimal_one_byte_chunks() -> None:
     [("", None), ("application/json", b'{"stream": false}'), ("text/plain", b"")],
     ids=["no-body", "stream-false", "text"],
 )
-def test_wants_stream_accept_header(accept: str, content_type: str, body: bytes | None) -> None:
+def test_stream_asked_accept_header(accept: str, content_type: str, body: bytes | None) -> None:
     """``Accept: text/event-stream`` asks for a stream whatever the body says."""
-    assert wants_stream(accept, content_type, body) is True
+    assert stream_asked(accept, content_type, body)[0] is True
 
 
 @pytest.mark.parametrize(
@@ -471,9 +471,9 @@ def test_wants_stream_accept_header(accept: str, content_type: str, body: bytes 
     "content_type",
     ["application/json", "application/json; charset=utf-8", "Application/JSON"],
 )
-def test_wants_stream_json_body(body: bytes, content_type: str) -> None:
+def test_stream_asked_json_body(body: bytes, content_type: str) -> None:
     """A JSON body whose top-level ``"stream"`` is ``true`` asks for a stream."""
-    assert wants_stream("application/json", content_type, body) is True
+    assert stream_asked("application/json", content_type, body)[0] is True
 
 
 @pytest.mark.parametrize(
@@ -504,9 +504,9 @@ def test_wants_stream_json_body(body: bytes, content_type: str) -> None:
     ],
     ids=repr,
 )
-def test_wants_stream_false(content_type: str, body: bytes | None) -> None:
+def test_stream_asked_false(content_type: str, body: bytes | None) -> None:
     """Bodies without a top-level ``"stream": true`` in JSON do not ask for a stream."""
-    assert wants_stream("application/json", content_type, body) is False
+    assert stream_asked("application/json", content_type, body)[0] is False
 
 
 # --------------------------------------------------------------------------- is_event_stream
