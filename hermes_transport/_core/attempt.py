@@ -95,6 +95,12 @@ def shown_cause(exc: BaseException) -> BaseException | None:
     return None if isinstance(exc, GuardFired) else exc
 
 
+#: What a dead connection raises, by flavor: the flavor's transport errors, a socket's,
+#: and ours when a guard fired with no socket to shut down. One tuple a flavor, shared by
+#: its attempts (thousands may be open at once).
+_DEAD: dict[Flavor, tuple[type[Exception], ...]] = {}
+
+
 class Attempt:
     """What one attempt needs to say what happened to it."""
 
@@ -107,7 +113,6 @@ class Attempt:
         "origin",
         "request",
         "started",
-        "url",
     )
 
     def __init__(
@@ -123,13 +128,19 @@ class Attempt:
         self.hint = hint  # added to a mid-stream stall's message
         self.origin = f"; budget: {origin}" if origin else ""  # what set it, if a rule did
         self.flavor = flavor
-        # What a dead connection raises: the flavor's transport errors, a
-        # socket's, and ours when a guard fired with no socket to shut down.
-        self.dead: tuple[type[Exception], ...] = (flavor.http.TransportError, OSError, GuardFired)
+        dead = _DEAD.get(flavor)
+        if dead is None:
+            dead = _DEAD[flavor] = (flavor.http.TransportError, OSError, GuardFired)
+        self.dead = dead
         self.number = number  # of the logical call, SDK retries and runner re-sends included
         self.budget = budget
         self.started = monotonic()
-        self.url = url_without_query(request.url)
+
+    @property
+    def url(self) -> str:
+        """The request's URL as logs show it (``url_without_query``): made when a message
+        needs it, not for every attempt."""
+        return url_without_query(self.request.url)
 
 
 def mapped_error(

@@ -32,6 +32,14 @@ ENV_RETRIES = "HERMES_STREAM_RETRIES"
 ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
 ENV_RESUMES = "HERMES_STREAM_RESUMES"
 ENV_BUDGET_RULES = "HERMES_STREAM_BUDGET_RULES"
+ENV_VARIABLES: Final = (
+    ENV_STALE_TIMEOUT,
+    ENV_FIRST_EVENT_TIMEOUT,
+    ENV_RETRIES,
+    ENV_RESUMES,
+    ENV_BUDGET_RULES,
+    ENV_HEARTBEAT_EVENTS,
+)
 #: ``stale_timeout``'s default: 180 s, which the budget rules may change per call.
 DEFAULT_STALE_TIMEOUT: Final = DefaultSeconds(180.0)
 
@@ -185,7 +193,7 @@ class StreamPolicy:
             for name in ("stale_timeout", "first_event_timeout")
             if isinstance(getattr(self, name), DefaultSeconds)
         )
-        object.__setattr__(self, "_defaults", defaults)
+        object.__setattr__(self, "_defaults", _DEFAULTS.setdefault(defaults, defaults))
 
     def heartbeats_for(self, wire: Wire) -> frozenset[str]:
         """The event types that are keepalives on ``wire``."""
@@ -247,7 +255,20 @@ class StreamPolicy:
         budget above ``MAX_SECONDS`` included) raises ``ValueError`` naming
         the variable.
         """
-        env = os.environ if environ is None else environ
+        if environ is None and not overrides:
+            # A transport built without a policy reads the environment: a caller who builds
+            # a client per call builds one each time. Frozen, the policy is shared.
+            key = (cls, *map(os.environ.get, ENV_VARIABLES))
+            policy = _FROM_ENVIRONMENT.get(key)
+            if policy is None:
+                policy = cls._read_env(os.environ, {})
+                _FROM_ENVIRONMENT.clear()  # the environment seen last: one entry
+                _FROM_ENVIRONMENT[key] = policy
+            return policy
+        return cls._read_env(os.environ if environ is None else environ, overrides)
+
+    @classmethod
+    def _read_env(cls, env: Mapping[str, str], overrides: dict[str, Any]) -> StreamPolicy:
         known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(overrides) - known)
         if unknown:
@@ -290,6 +311,13 @@ class StreamPolicy:
                 ) from None
         values.update(overrides)
         return replace(cls(), **values)
+
+
+#: ``from_env()``'s policy for the environment it read last, keyed by the class and the
+#: variables' values.
+_FROM_ENVIRONMENT: dict[tuple[Any, ...], StreamPolicy] = {}
+#: One frozenset of each kind for the policies' ``_defaults`` (at most four kinds).
+_DEFAULTS: dict[frozenset[str], frozenset[str]] = {}
 
 
 class _Unset:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .sse_lines import CAPTURE_LIMIT, MAX_EVENT_TYPE, EventParser
-from .sse_runs import judged_last, lone_last, long_run, run_start
+from .sse_runs import judged_last, lone_events, lone_last, long_run, run_start
 
 __all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "SSEScanner"]
 
@@ -110,6 +110,8 @@ class SSEScanner(EventParser):
         head = run_start(chunk, bool(self._line_size), bool(pending))
         run = long_run(chunk, head)
         if run is None:
+            if self._plain and head < len(chunk):
+                return self._lone_run(chunk, head)
             return self._feed_lines(chunk)
         start, stop = run
         judged = judged_last(chunk[start:stop], self._wire, self._heartbeats)
@@ -131,6 +133,19 @@ class SSEScanner(EventParser):
             if last_is_event:  # it, not the run read after it, is the read's last event
                 self._end = False
         return events + ending + self._tail(chunk, stop)
+
+    def _lone_run(self, chunk: bytes, head: int) -> int:
+        """A short read of a stream whose untyped events are all progress: its run of
+        events of one data line each counted at once (``lone_events``), exactly; any other
+        run parsed line by line."""
+        found = lone_events(chunk, head)
+        if found is None:
+            return self._feed_lines(chunk)
+        events, last, stop = found
+        completed = self._feed_lines(chunk[:head]) if head else 0  # ends the pending event
+        self.events += events
+        self._end = chunk.startswith(_DONE_LINES, last)
+        return completed + events + self._tail(chunk, stop)
 
     def _until_output(self, chunk: bytes) -> int:
         """Read ``chunk`` event by event (to each blank line ending in LF) while every event

@@ -32,6 +32,7 @@ __all__ = [
     "SMALL_MIDDLE",
     "judged_last",
     "lone_data",
+    "lone_events",
     "lone_last",
     "long_run",
     "run_start",
@@ -51,6 +52,29 @@ def lone_data(event: bytes) -> bool:
         and event[-1] == 10  # LF: the blank line that ends the event
         and b"\r" not in event
     )
+
+
+def lone_events(chunk: bytes, head: int) -> tuple[int, int, int] | None:
+    """Whether the complete events of ``chunk`` from ``head`` (where the parser is between
+    events) are all one data line each, ended by ``\\n\\n``, with no CR: then how many,
+    and where the last one starts and ends. A few C counts, however many events: for a
+    short read of a stream whose untyped events are all progress, counted without the
+    line parser and exactly as it would count them."""
+    stop = chunk.rfind(b"\n\n", head) + 2
+    if stop < 2:
+        return None
+    run = chunk[head:stop]
+    events = run.count(b"\n\n")
+    # Every LF in a pair, every pair but the last opening a data line, the first one too:
+    # n events of one line each (an empty one would put a pair before a pair).
+    if (
+        not run.startswith(b"data:")
+        or run.count(b"\n") != 2 * events
+        or run.count(b"\n\ndata:") != events - 1
+        or b"\r" in run
+    ):
+        return None
+    return events, chunk.rfind(b"\n\n", head, stop - 2) + 2 if events > 1 else head, stop
 
 
 def run_start(chunk: bytes, line_pending: bool, event_pending: bool) -> int:
@@ -131,7 +155,8 @@ def judged_last(
     if not lone_data(event):
         return None
     value = event[6:-2] if event[5:6] == b" " else event[5:-2]
-    event_type = leading_type(value) or b"message"
+    # Gemini's data has no leading "type": it only matters when a heartbeat is named.
+    event_type = (leading_type(value) or b"message") if heartbeats else b"message"
     if event_type in heartbeats:
         return None
     kind = classify(

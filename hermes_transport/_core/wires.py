@@ -276,6 +276,14 @@ _GEMINI_CONTENT = frozenset(
 
 # How a streamed answer's chunk mostly starts: its first candidate's first part is text
 # (non-empty). Without a finishReason anywhere, such a chunk is output: no parse needed.
+# The spellings servers send are compared first (a C compare, where the pattern takes
+# several times as long); any other spacing goes to the pattern.
+_GEMINI_TEXT_STARTS = (
+    b'{"candidates": [{"content": {"parts": [{"text": "',
+    b'{"candidates": [{"content": {"role": "model", "parts": [{"text": "',
+    b'{"candidates":[{"content":{"parts":[{"text":"',
+    b'{"candidates":[{"content":{"role":"model","parts":[{"text":"',
+)
 _GEMINI_TEXT = re.compile(
     rb'\s*\{\s*"candidates"\s*:\s*\[\s*\{\s*"content"\s*:\s*\{\s*(?:"role"\s*:\s*"model"\s*,\s*)?'
     rb'"parts"\s*:\s*\[\s*\{\s*"text"\s*:\s*"(?:[^"\\]|\\.)'
@@ -286,7 +294,7 @@ def _gemini_class(data: bytes) -> EventClass | ErrorEvent:
     """A ``GenerateContentResponse`` event: an error (``{"error": ...}``), an end (every
     candidate has a ``finishReason``), output (a candidate part with content), or else
     (usage only, prompt feedback) preamble."""
-    if b'"finishReason"' not in data and _GEMINI_TEXT.match(data):
+    if b'"finishReason"' not in data and _starts_with_text(data):
         return "output"
     payload = _json(data)
     if not isinstance(payload, dict):
@@ -308,6 +316,14 @@ def _gemini_class(data: bytes) -> EventClass | ErrorEvent:
         ):
             return "output"
     return "preamble"
+
+
+def _starts_with_text(data: bytes) -> bool:
+    """Whether ``data``'s first candidate's first part is non-empty text (``_GEMINI_TEXT``)."""
+    for start in _GEMINI_TEXT_STARTS:
+        if data.startswith(start):
+            return data[len(start) : len(start) + 1] not in (b'"', b"")
+    return _GEMINI_TEXT.match(data) is not None
 
 
 def _gemini_error(error: object) -> ErrorEvent:

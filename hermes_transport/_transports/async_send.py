@@ -1,8 +1,8 @@
 """``sent``: one request sent through an inner async transport under a guard.
 
 Owns how an async attempt is stopped before it has a socket: its send runs in
-a cancel scope, and a guard's kill (from any thread) cancels it on the loop
-(``CancelAttempt``). The shell sends its attempts this way, and the watched
+a cancel scope (``Cancellable``), and a guard's kill (from any thread) cancels
+it on the loop (``CancelAttempt``). The shell sends its attempts this way, and the watched
 stream its resumes and cancels. Also how a shell waits before sending again
 (``apause``), and the work of a transport nobody waits for, a cancel after an
 interrupt (``Detached``): a task on the caller's loop, which the transport's
@@ -11,9 +11,9 @@ close waits for.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -29,10 +29,10 @@ from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 __all__ = [
     "AsyncSend",
     "CancelAttempt",
+    "Cancellable",
     "Detached",
     "apause",
     "cancel_response",
-    "cancellable",
     "sent",
 ]
 
@@ -62,19 +62,40 @@ class CancelAttempt:
 AsyncSend = Callable[[Any, Guard], Awaitable[Any]]
 
 
-@contextlib.contextmanager
-def cancellable(guard: Guard, watcher: LoopWatchdog) -> Iterator[anyio.CancelScope]:
+class Cancellable:
     """A cancel scope that ``guard``'s kill cancels while no socket is attached (armed on
-    ``watcher``); the caller raises ``GuardFired`` when it was cancelled."""
-    with anyio.CancelScope() as scope:
-        fallback = CancelAttempt(scope, watcher)
-        guard.set_fallback(fallback)
-        watcher.arm(guard)
+    ``watcher``); the caller raises ``GuardFired`` when it was cancelled.
+
+    A class rather than a generator-based context manager: one is open per request
+    waiting for its first event, and thousands may wait at once.
+    """
+
+    __slots__ = ("_fallback", "_guard", "_scope")
+
+    def __init__(self, guard: Guard, watcher: LoopWatchdog) -> None:
+        self._guard = guard
+        self._scope = anyio.CancelScope()
+        self._fallback = CancelAttempt(self._scope, watcher)
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
         try:
-            yield scope
-        finally:
-            fallback.active = False
-            guard.set_fallback(None)
+            self._guard.set_fallback(self._fallback)
+            self._fallback._watcher.arm(self._guard)
+        except BaseException as exc:  # the scope never stays entered past its with
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return scope
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        self._fallback.active = False
+        self._guard.set_fallback(None)
+        return bool(self._scope.__exit__(exc_type, exc_value, traceback))
 
 
 async def sent(
@@ -93,7 +114,7 @@ async def sent(
     guard.stage = "headers"
     context = current_guard.set(guard)
     try:
-        with cancellable(guard, watcher) as scope:
+        with Cancellable(guard, watcher) as scope:
             response = await handle(request)
     finally:
         current_guard.reset(context)

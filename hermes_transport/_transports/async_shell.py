@@ -30,7 +30,7 @@ from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 from .async_body import AsyncWatchedStream
-from .async_send import Detached, apause, cancellable, sent
+from .async_send import Cancellable, Detached, apause, sent
 from .shell import Shell
 
 __all__ = ["AsyncShell"]
@@ -121,7 +121,7 @@ class AsyncShell(Shell[_AsyncInner]):
         try:
             # One scope per attempt, around everything up to the first event:
             # where no socket is attached, a kill cancels it.
-            with cancellable(guard, watcher) as scope:
+            with Cancellable(guard, watcher) as scope:
                 response = await self._inner.handle_async_request(request)
                 exchange.answered(response, guard)
                 try:

@@ -142,6 +142,39 @@ def test_each_gemini_event_has_its_class(data: bytes, expected: str) -> None:
     assert classify("gemini", b"message", data, frozenset()) == expected
 
 
+# The same text chunk as servers spell it (the Gemini API's spacing, the fault server's
+# order, compact JSON) and spaced as no server does, which only the pattern reads.
+SPELLINGS = [
+    '{"candidates": [{"content": {"parts": [{"text": %s}], "role": "model"}, "index": 0%s}]}',
+    '{"candidates": [{"content": {"role": "model", "parts": [{"text": %s}]}, "index": 0%s}]}',
+    '{"candidates":[{"content":{"parts":[{"text":%s}],"role":"model"},"index":0%s}]}',
+    '{"candidates":[{"content":{"role":"model","parts":[{"text":%s}]},"index":0%s}]}',
+    ' {\r\n "candidates" :[ {"content": {\t"parts":[ { "text" : %s } ] }%s } ] }',
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize(
+    ("text", "finish", "expected"),
+    [
+        ('"hi"', "", "output"),
+        ('"\\"quoted\\""', "", "output"),
+        ('"\\n"', "", "output"),
+        ('""', "", "preamble"),
+        ('"hi"', ', "finishReason": "STOP"', "end"),
+        ('""', ',"finishReason":"STOP"', "end"),
+    ],
+    ids=["text", "escaped-quote", "escaped-newline", "empty", "finished", "empty-finished"],
+)
+def test_a_text_chunk_has_its_class_however_it_is_spelled(
+    spelling: str, text: str, finish: str, expected: str
+) -> None:
+    """A chunk whose first part is text is judged without a parse as the parse would judge it, in every spacing: non-empty text is output, empty text is not, a finish is the end."""
+    data = (spelling % (text, finish)).encode()
+    json.loads(data)  # the case is valid JSON
+    assert classify("gemini", b"message", data, frozenset()) == expected
+
+
 @pytest.mark.parametrize(
     ("error", "kind", "transient"),
     [

@@ -670,6 +670,48 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     assert StreamPolicy.from_env(None) == expected
 
 
+@pytest.mark.parametrize(
+    ("variable", "changed", "malformed"),
+    [
+        (STALE, "off", "soon"),
+        (FIRST, "7", "-1"),
+        (RETRIES, "5", "-1"),
+        ("HERMES_STREAM_RESUMES", "0", "x"),
+        ("HERMES_STREAM_BUDGET_RULES", "off", "maybe"),
+        (HEARTBEATS, "ping,beat", "nowire=ping"),
+    ],
+)
+def test_from_env_shares_its_policy_until_a_variable_changes(
+    monkeypatch: pytest.MonkeyPatch, variable: str, changed: str, malformed: str
+) -> None:
+    """``os.environ`` unchanged gives the same frozen policy again; a change to any variable is read, a malformed one raises each time."""
+    for name in (*ALL_VARS, "HERMES_STREAM_RESUMES", "HERMES_STREAM_BUDGET_RULES"):
+        monkeypatch.delenv(name, raising=False)
+    first = StreamPolicy.from_env()
+    assert StreamPolicy.from_env() is first
+    monkeypatch.setenv(variable, changed)
+    policy = StreamPolicy.from_env()
+    assert policy != first
+    assert policy == StreamPolicy.from_env({variable: changed})
+    monkeypatch.setenv(variable, malformed)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=variable):
+            StreamPolicy.from_env()
+
+
+def test_from_env_shared_policies_are_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subclass's ``from_env()`` never returns the base class's shared policy, nor the reverse."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Custom(StreamPolicy):
+        pass
+
+    monkeypatch.setenv(RETRIES, "3")
+    assert type(StreamPolicy.from_env()) is StreamPolicy
+    assert type(Custom.from_env()) is Custom
+    assert type(StreamPolicy.from_env()) is StreamPolicy
+
+
 def test_from_env_explicit_mapping_ignores_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """An explicit mapping is the whole environment: ``os.environ`` is not consulted."""
     monkeypatch.setenv(STALE, "12")

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hermes_transport._core.sse import SSEScanner
+from hermes_transport._core.sse_runs import lone_events
 
 from _support import events_read_one_by_one_up_to
 
@@ -1014,3 +1015,58 @@ def test_a_skimmed_read_decides_as_a_read_one_by_one(
     assert exact.counted
     assert (exact.events, exact.done) == reference_reads(reads, ("ping",))
     assert skimmed.events == exact.events if skimmed.counted else skimmed.events <= exact.events
+
+
+@pytest.mark.parametrize(
+    ("chunk", "head", "expected"),
+    [
+        (b"data: a\n\n", 0, (1, 0, 9)),
+        (b"data: a\n\ndata:[DONE]\n\nda", 0, (2, 9, 22)),
+        (b'x"}\n\ndata: a\n\ndata: b\n\ndata: c\n\n', 5, (3, 23, 32)),
+        (b"data:\n\ndata: b\n\n", 0, (2, 7, 16)),
+        (b"data: a\n\n\n\ndata: b\n\n", 0, None),  # a blank line between
+        (b"data: a\nid: 1\n\n", 0, None),  # two lines
+        (b"data: a\n\n: keepalive\n\n", 0, None),  # a comment
+        (b"event: ping\ndata: a\n\n", 0, None),
+        (b"data: a\r\n\r\n", 0, None),
+        (b"data: a\n\ndata: b\r\n\n", 0, None),  # a CR inside the run
+        (b"data a\n\n", 0, None),  # a field named otherwise
+        (b"datum: a\n\n", 0, None),
+        (b"data: a\n", 0, None),  # nothing complete
+        (b"data: a\n\ndata: b", 0, (1, 0, 9)),  # the unfinished rest is not counted
+    ],
+    ids=[
+        "one",
+        "two-then-done",
+        "after-a-pending-end",
+        "empty-data",
+        "blank-line-run",
+        "two-lines",
+        "comment",
+        "typed",
+        "crlf",
+        "cr-inside",
+        "no-colon",
+        "other-field",
+        "incomplete",
+        "unfinished-rest",
+    ],
+)
+def test_lone_events_counts_only_runs_of_one_data_line_events(
+    chunk: bytes, head: int, expected: tuple[int, int, int] | None
+) -> None:
+    """A run of complete events is counted at once only when every event is one data line ended by a blank line, with no CR: how many, where the last starts and where the run ends."""
+    assert lone_events(chunk, head) == expected
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 300])
+def test_short_reads_of_a_plain_stream_are_counted_exactly(size: int) -> None:
+    """A plain stream read in short reads, past its first output, is counted event by event exactly, with [DONE] ending it, as the line parser counts it."""
+    body = (
+        b"data: first\n\n"
+        + b"".join(b"data: %d\n\n" % i for i in range(200))
+        + b"data: [DONE]\n\n"
+    )
+    scanner = SSEScanner()
+    completed = sum(scanner.feed(body[i : i + size]) for i in range(0, len(body), size))
+    assert (completed, scanner.events, scanner.counted, scanner.done) == (202, 202, True, True)
