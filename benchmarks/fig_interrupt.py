@@ -1,6 +1,7 @@
 """Figure 2: interrupt latency, from ``interrupt()`` to the exception in the reading thread.
 
-Three stages, each a stream through the openai SDK that the server leaves hanging:
+Three stages, each a stream through the openai SDK (2a-2c; through google-genai on the
+fault server's gemini wire, 2d-2f, watchdog only) that the server leaves hanging:
 
 * ``new``: before the headers, on a new connection (the server never answers);
 * ``reused``: the same, on a pooled connection (a complete request goes first; the
@@ -19,19 +20,20 @@ client (the run's HTTP library alone) has no interrupt.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy
+from hermes_transport import Interrupt, StreamInterrupted, StreamPolicy, genai_client_for
 from hermes_transport.testing import Scenario
 
 from . import seed_model, variants
-from .flavor import http
+from .flavor import FLAVOR, http
 from .measure import causes, distribution, fmt_ms, fmt_s, gc_seconds
 from .progress import say
 from .report import Row
@@ -46,7 +48,9 @@ TITLES = {
     "reused": "before headers, reused connection",
     "mid": "mid-stream",
 }
-KEYS = {"new": "2a", "reused": "2b", "mid": "2c"}
+KEYS: dict[Stage, str] = {"new": "2a", "reused": "2b", "mid": "2c"}
+GEMINI_KEYS: dict[Stage, str] = {"new": "2d", "reused": "2e", "mid": "2f"}
+GEMINI_MODEL = "bench"
 TARGET_P99 = 0.005
 SETTLE = 0.002  # after the stage is reached: the reader is then blocked in recv
 WARMUP = 2  # untimed trials first: the first error of a kind imports and builds things
@@ -133,21 +137,64 @@ def _fire(reader: _Reader, fire: Callable[[], None], delay: float) -> tuple[floa
     return reader.ended - started, reader.gc_at_end - gc_before
 
 
-def _watchdog_trials(server: ServerProcess, stage: Stage, n: int) -> Trials:
+@dataclass(frozen=True)
+class Caller:
+    """How the watchdog's trials reach the server: an SDK's client and its two calls."""
+
+    title: str
+    keys: dict[Stage, str]
+    client: Callable[[str], contextlib.AbstractContextManager[Any]]  # from the server's URL
+    stream: Callable[[Any], Iterator[object]]  # a streaming call's chunks
+    complete: Callable[[Any], object]  # a whole call, which leaves its connection pooled
+
+
+def _openai_client(url: str) -> contextlib.AbstractContextManager[Any]:
+    return variants.openai_client("watchdog", url, policy=POLICY)
+
+
+@contextlib.contextmanager
+def _gemini_client(url: str) -> Iterator[Any]:
+    from google.genai import types
+
+    options = types.HttpOptions(base_url=url.removesuffix("/v1"), timeout=600_000)
+    client = genai_client_for(
+        None, flavor=FLAVOR, policy=POLICY, api_key="b", http_options=options
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _gemini_stream(client: Any) -> Iterator[object]:
+    return iter(client.models.generate_content_stream(model=GEMINI_MODEL, contents="hi"))
+
+
+def _gemini_complete(client: Any) -> object:
+    return list(_gemini_stream(client))
+
+
+OPENAI = Caller("openai", KEYS, _openai_client, variants.open_stream, variants.complete)
+GEMINI = Caller(
+    "google-genai (gemini wire)", GEMINI_KEYS, _gemini_client, _gemini_stream, _gemini_complete
+)
+
+
+def _watchdog_trials(server: ServerProcess, stage: Stage, n: int, caller: Caller) -> Trials:
     token = Interrupt()
     trials = Trials(StreamInterrupted)
 
     def read(reader: _Reader) -> None:
         with token.bind():
-            for _chunk in variants.open_stream(client):
+            for _chunk in caller.stream(client):
                 reader.first_chunk.set()
 
-    with variants.openai_client("watchdog", server.url(), policy=POLICY) as client:
+    with caller.client(server.url()) as client:
         for number in range(WARMUP + n):
             token.reset()
             if stage == "reused":
                 server.set_scenario(HEALTHY)
-                variants.complete(client)  # leaves its connection in the pool
+                caller.complete(client)  # leaves its connection in the pool
             server.set_scenario(HANGING[stage])
             connections, requests = server.connections_opened(), server.request_count()
             reader = _Reader(read)
@@ -238,7 +285,9 @@ def _cell(trials: Trials) -> str:
     return text
 
 
-def _row(stage: Stage, watchdog: Trials, seed: Trials | None, seed_reused: str) -> Row:
+def _row(
+    stage: Stage, watchdog: Trials, seed: Trials | None, seed_reused: str, caller: Caller = OPENAI
+) -> Row:
     d = distribution(watchdog.latencies())
     n = len(watchdog.outcomes)
     passed = d["n"] == n and d["p99"] < TARGET_P99 and watchdog.at_stage() == n
@@ -251,9 +300,10 @@ def _row(stage: Stage, watchdog: Trials, seed: Trials | None, seed_reused: str) 
         )
     if seed is not None:
         notes.append(f"seed: {seed.at_stage()}/{len(seed.outcomes)} trials at the stage")
+    through = "" if caller is OPENAI else f" through {caller.title}"
     return Row(
-        key=KEYS[stage],
-        figure=f"interrupt, {TITLES[stage]}: interrupt() to exception, p50 / p99 / max",
+        key=caller.keys[stage],
+        figure=f"interrupt{through}, {TITLES[stage]}: interrupt() to exception, p50 / p99 / max",
         cells={
             "watchdog": _cell(watchdog),
             "plain": PLAIN,
@@ -278,12 +328,13 @@ def _row(stage: Stage, watchdog: Trials, seed: Trials | None, seed_reused: str) 
 
 
 def run(quick: bool) -> list[Row]:
-    """Every stage for the watchdog, then for the seed model; one row per stage."""
+    """Every stage for the watchdog, then for the seed model; one row per stage. Then every
+    stage through google-genai, watchdog only (the seed model is openai's)."""
     n = 30 if quick else 200
     rows = []
     with ServerProcess(HEALTHY, count=1 + SEED_LANES) as server:
         for stage in STAGES:
-            watchdog = _watchdog_trials(server, stage, n)
+            watchdog = _watchdog_trials(server, stage, n, OPENAI)
             say(f"interrupt {stage}: watchdog done")
             seed: Trials | None = None
             seed_reused = ""
@@ -300,4 +351,8 @@ def run(quick: bool) -> list[Row]:
                 seed = _seed_trials(server, stage, n)
             say(f"interrupt {stage}: seed done")
             rows.append(_row(stage, watchdog, seed, seed_reused))
+        for stage in STAGES:
+            watchdog = _watchdog_trials(server, stage, n, GEMINI)
+            say(f"interrupt {stage} through google-genai: watchdog done")
+            rows.append(_row(stage, watchdog, None, "n/a: the seed model is openai's", GEMINI))
     return rows
