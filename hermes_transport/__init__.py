@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 
-from ._core.budgets import BudgetRules, CallBudgets, DefaultSeconds, ModelBudget
+from ._core.budgets import BudgetRules, DefaultSeconds, ModelBudget, ToolBudget
+from ._core.call_budgets import CallBudgets
 from ._core.contexts import should_stream_inline
 from ._core.errors import StreamInterrupted, StreamStalled, stream_error
 from ._core.interrupt import Interrupt
@@ -60,6 +61,7 @@ __all__ = [
     "StreamPolicy",
     "StreamStalled",
     "StreamStats",
+    "ToolBudget",
     "WatchdogTransport",
     "astream_chat_completion",
     "astream_content",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import importlib.util
@@ -14,7 +15,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeVar
@@ -546,3 +547,16 @@ def streaming_json(body: bytes | None) -> dict[str, Any] | None:
     """``body``'s top-level JSON object as the exchange parses it once for a streaming
     request (``None``: no body, not JSON, not an object), for what reads it."""
     return stream_asked("text/event-stream", "application/json", body)[1]
+
+
+_Result = TypeVar("_Result")
+
+
+def run_bounded(main: Callable[[], Awaitable[_Result]], bound: float = 20.0) -> _Result:
+    """Run ``main`` on a fresh event loop, failing after ``bound`` seconds: no test hangs."""
+
+    async def bounded() -> _Result:
+        with anyio.fail_after(bound):
+            return await main()
+
+    return asyncio.run(bounded())

@@ -100,7 +100,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             " retries=2, resumes=3, cancel_on_interrupt=True, budget_rules=BudgetRules(),"
             " heartbeat_events={'chat_completions': frozenset({'ping'}),"
             " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
-            " 'gemini': frozenset(), 'generic': frozenset({'ping'})})",
+            " 'gemini': frozenset(), 'mcp': frozenset(), 'generic': frozenset({'ping'})})",
         ),
         *[
             (

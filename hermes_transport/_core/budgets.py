@@ -1,18 +1,11 @@
-"""Budgets that fit the call: rules by model and prompt size, and what a call got.
+"""Budgets that fit the call: rules by model, tool and prompt size, as values.
 
 ``BudgetRules`` is configuration as a value: model rules (``ModelBudget``,
-glob patterns with the budgets of the models they match) and prompt-size
-floors for the first-event budget. ``derive`` is the one place where a call's
-budgets are decided from its policy's settings, the rules and what the
-request says (``CallBudgets``, a value to print, log and test). The policy
-(``policy``) calls it; nothing here reads the environment or does I/O.
-
-Precedence, per budget: a value the user set (an argument, or a
-``HERMES_STREAM_*`` variable) wins over every rule, in both directions; then
-the first model rule that matches; then the policy's default. The prompt-size
-floors raise a first-event budget that no user set. A first-event budget left
-to follow the stale one (``SAME_AS_STALE``) follows a stale budget the user set
-as it is, rules and floors aside: that user asked for that bound.
+glob patterns with the budgets of the models they match), MCP tool rules
+(``ToolBudget``, the same for the tools a ``tools/call`` names) and prompt-size
+floors for the first-event budget. ``call_budgets.derive`` is the one place where a
+call's budgets are decided from its policy's settings, these rules and what the
+request says. Nothing here reads the environment or does I/O.
 """
 
 from __future__ import annotations
@@ -32,11 +25,10 @@ __all__ = [
     "MAX_SECONDS",
     "REASONING_MODELS",
     "BudgetRules",
-    "CallBudgets",
     "DefaultSeconds",
     "ModelBudget",
+    "ToolBudget",
     "check_seconds",
-    "derive",
     "estimate_tokens",
     "in_range",
     "model_of",
@@ -115,12 +107,13 @@ class ModelBudget:
     stale: float | EllipsisType | None = ...
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__
         if not isinstance(self.pattern, str) or not self.pattern.strip():
-            raise ValueError(f"ModelBudget pattern must be a non-empty str, got {self.pattern!r}")
+            raise ValueError(f"{kind} pattern must be a non-empty str, got {self.pattern!r}")
         for name in ("first_event", "stale"):
             value = getattr(self, name)
             if value is not ...:
-                object.__setattr__(self, name, check_seconds(f"ModelBudget.{name}", value))
+                object.__setattr__(self, name, check_seconds(f"{kind}.{name}", value))
         object.__setattr__(self, "_compiled", re.compile(fnmatch.translate(self.pattern.lower())))
 
     def matches(self, model: str) -> bool:
@@ -129,6 +122,21 @@ class ModelBudget:
         compiled: re.Pattern[str] = self._compiled  # type: ignore[attr-defined]
         short = name.rpartition("/")[2]
         return compiled.match(name) is not None or compiled.match(short) is not None
+
+
+@dataclass(frozen=True)
+class ToolBudget(ModelBudget):
+    """The budgets of the MCP tool calls whose tool matches ``pattern``.
+
+    ``pattern`` is a case-insensitive glob matched against the whole name a
+    ``tools/call`` request gives (``params.name``); ``first_event`` and ``stale``
+    as ``ModelBudget``'s.
+    """
+
+    def matches(self, model: str) -> bool:
+        """Whether the tool named ``model`` (a tool's name) matches the pattern."""
+        compiled: re.Pattern[str] = self._compiled  # type: ignore[attr-defined]
+        return compiled.match(model.lower()) is not None
 
 
 #: Reasoning-class models: they may think silently for minutes before their
@@ -167,7 +175,8 @@ class BudgetRules:
     ``(tokens, seconds)`` pairs: a prompt estimated at more than ``tokens``
     tokens (the request body's length over ``BYTES_PER_TOKEN``) gets a
     first-event budget of at least ``seconds``, the largest floor it passes
-    applying. Neither touches a budget the user set (see ``derive``).
+    applying. ``tools``: ``ToolBudget`` rules for MCP tool calls, tried in order.
+    None touches a budget the user set (see ``call_budgets.derive``).
 
     Limits: the prompt size is an estimate from bytes, not a token count; a
     body that is not JSON, or has no ``"model"``, matches no model rule.
@@ -175,12 +184,16 @@ class BudgetRules:
 
     models: Sequence[ModelBudget] = field(default=_DEFAULT_MODELS)
     prompt_floors: Sequence[tuple[int, float]] = _DEFAULT_FLOORS
+    tools: Sequence[ToolBudget] = ()
 
     def __post_init__(self) -> None:
-        models = tuple(self.models)
-        for rule in models:
-            if not isinstance(rule, ModelBudget):
-                raise ValueError(f"BudgetRules.models must hold ModelBudget rules, got {rule!r}")
+        models, tools = tuple(self.models), tuple(self.tools)
+        for name, rules, kind in (("models", models, ModelBudget), ("tools", tools, ToolBudget)):
+            for rule in rules:
+                if type(rule) is not kind:
+                    raise ValueError(
+                        f"BudgetRules.{name} must hold {kind.__name__} rules, got {rule!r}"
+                    )
         floors: list[tuple[int, float]] = []
         for pair in self.prompt_floors:
             try:
@@ -198,15 +211,18 @@ class BudgetRules:
                 raise ValueError("BudgetRules.prompt_floors: seconds must be finite")
             floors.append((tokens, checked))
         object.__setattr__(self, "models", models)
+        object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "prompt_floors", tuple(sorted(floors)))
         # Each model's rule, found once (matching every pattern on every request
         # was most of the cost of starting one); bounded, and not part of the value.
         object.__setattr__(self, "_rule_of", {})
 
     def __repr__(self) -> str:
-        if self.models == _DEFAULT_MODELS and self.prompt_floors == _DEFAULT_FLOORS:
+        defaults = (self.models, self.prompt_floors) == (_DEFAULT_MODELS, _DEFAULT_FLOORS)
+        if defaults and not self.tools:
             return "BudgetRules()"  # the defaults: the table in the README
-        return f"BudgetRules(models={self.models!r}, prompt_floors={self.prompt_floors!r})"
+        tools = f", tools={self.tools!r}" if self.tools else ""
+        return f"BudgetRules(models={self.models!r}, prompt_floors={self.prompt_floors!r}{tools})"
 
     def model_rule(self, model: str | None) -> ModelBudget | None:
         """The first rule matching ``model``, if any."""
@@ -221,6 +237,12 @@ class BudgetRules:
         known[model] = rule
         return rule
 
+    def tool_rule(self, tool: str | None) -> ToolBudget | None:
+        """The first tool rule matching ``tool``, if any."""
+        if not tool:
+            return None
+        return next((rule for rule in self.tools if rule.matches(tool)), None)
+
     def prompt_floor(self, tokens: int) -> tuple[int, float] | None:
         """The largest ``(tokens, seconds)`` floor a prompt of ``tokens`` passes, if any."""
         passed = [floor for floor in self.prompt_floors if tokens > floor[0]]
@@ -230,7 +252,7 @@ class BudgetRules:
         """The longest finite budget the rules give to the first event and/or the stale
         budget, as asked (0 if none)."""
         values: list[float] = [s for _, s in self.prompt_floors] if first_event else []
-        for rule in self.models:
+        for rule in (*self.models, *self.tools):
             for wanted, value in ((first_event, rule.first_event), (stale, rule.stale)):
                 if wanted and isinstance(value, float):
                     values.append(value)
@@ -254,69 +276,3 @@ def model_of(payload: Mapping[str, Any] | None) -> str | None:
 def estimate_tokens(body_size: int) -> int:
     """A prompt's token estimate from its request body's size in bytes."""
     return body_size // BYTES_PER_TOKEN
-
-
-@dataclass(frozen=True)
-class CallBudgets:
-    """The budgets one call got, and why.
-
-    ``first_event`` and ``stale``: seconds, or ``None`` for no bound.
-    ``model`` and ``prompt_tokens``: what the request said (``None``:
-    unknown). ``source``: what set them beyond the defaults and the
-    user's own values, in words (``""``: nothing did), as the call's log
-    lines and errors show it.
-    """
-
-    first_event: float | None
-    stale: float | None
-    model: str | None = None
-    prompt_tokens: int | None = None
-    source: str = ""
-
-    def __str__(self) -> str:
-        def text(budget: float | None) -> str:
-            return "off" if budget is None else f"{budget:g} s"
-
-        words = f"first event {text(self.first_event)}, stale {text(self.stale)}"
-        return f"{words} ({self.source})" if self.source else words
-
-
-def derive(
-    first_event: float | None,
-    stale: float | None,
-    rules: BudgetRules | None,
-    model: str | None,
-    prompt_tokens: int | None,
-) -> CallBudgets:
-    """A call's budgets from its policy's (``DefaultSeconds`` where no one set them).
-
-    ``first_event`` is the policy's first-event budget, already following
-    ``stale`` where it was left to (a ``DefaultSeconds`` then only if the stale
-    one is). See the module docstring for the precedence.
-    """
-    stale_free = isinstance(stale, DefaultSeconds)
-    first_free = isinstance(first_event, DefaultSeconds)
-    why: list[str] = []
-    rule = rules.model_rule(model) if rules is not None else None
-    if rule is not None:
-        touched = []
-        if first_free and not isinstance(rule.first_event, EllipsisType):
-            first_event = rule.first_event
-            touched.append("first event")
-        if stale_free and not isinstance(rule.stale, EllipsisType):
-            stale = rule.stale
-            touched.append("stale")
-        if touched:
-            why.append(f"model {model!r} matched rule {rule.pattern!r}")
-    if rules is not None and first_free and prompt_tokens is not None and first_event is not None:
-        floor = rules.prompt_floor(prompt_tokens)
-        if floor is not None and floor[1] > first_event:
-            first_event = floor[1]
-            why.append(f"prompt of ~{prompt_tokens:,} tokens: first event at least {floor[1]:g} s")
-    return CallBudgets(
-        None if first_event is None else float(first_event),
-        None if stale is None else float(stale),
-        model,
-        prompt_tokens,
-        "; ".join(why),
-    )

@@ -1,13 +1,13 @@
 """One request's attempts: budgets, re-sends, resumes, and which error the caller sees.
 
 ``Exchange`` is what the sync and async shells share for one
-``handle_request``: it decides the call's budgets (``budgets``: the policy's,
-fitted to the request by its rules), whether a stalled attempt is sent again,
-whether its stream can be resumed (``resumable``) and which error the caller
-sees, and holds the draft of the stream's statistics (``record``); one
-attempt's own state and error mapping are in ``attempt``. Nothing here does
-I/O, sleeps or awaits: the shells in ``_transports`` do, and the guard's kill
-switches in ``_io`` reach the sockets.
+``handle_request``: from what the request asks (``asked``) it decides the call's
+budgets (``budgets``: the policy's, fitted to the request by its rules), whether
+a stalled attempt is sent again, whether its stream can be resumed
+(``resumable``) and which error the caller sees, and holds the draft of the
+stream's statistics (``record``); one attempt's own state and error mapping are
+in ``attempt``. Nothing here does I/O, sleeps or awaits: the shells in
+``_transports`` do, and the guard's kill switches in ``_io`` reach the sockets.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from .asked import asked
 from .attempt import (
     NOT_RESUMABLE,
     Arm,
@@ -27,17 +28,16 @@ from .attempt import (
     mapped_error,
     shown_cause,
 )
-from .budgets import CallBudgets, model_of
+from .call_budgets import CallBudgets
 from .calls import Call, backoff_before, call_for_request, under_runner
 from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_before_response
 from .flavor import Flavor
 from .guard import Guard
 from .interrupt import Interrupt
 from .policy import StreamPolicy
-from .progress import ProgressMeter, is_event_stream, stream_asked
+from .progress import ProgressMeter, is_event_stream
 from .resume import Resumable, resumable_for
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
-from .wire_paths import gemini_call, wire_of
 from .wires import ErrorEvent
 
 __all__ = ["Exchange"]
@@ -92,28 +92,10 @@ class Exchange:
         # carries the original ByteStream but has no `content` of its own.)
         stream = request.stream
         self._replayable = isinstance(stream, flavor.http.ByteStream)
-        self._wire = wire_of(request.url.path)
         body: bytes | None = b"".join(stream) if self._replayable else None  # type: ignore[arg-type]
-        # The body's JSON is parsed once, here, and only if the request may stream.
-        streaming, payload = stream_asked(
-            request.headers.get("accept", ""), request.headers.get("content-type", ""), body
-        )
-        # Gemini's model and its streaming are in its path alone (a body of contents).
-        gemini = gemini_call(request.url.path) if self._wire == "gemini" else None
-        streaming = (
-            streaming
-            # The Responses resume, GET /responses/{id}?stream=true, says so
-            # only in its query: it has no body and no Accept header.
-            or (self._wire == "responses" and request.url.params.get("stream") == "true")
-            or (gemini is not None and gemini[1])
-        )
-        model = gemini[0] if gemini is not None else model_of(payload)
+        self._wire, streaming, payload, budgets, mcp = asked(request, body, policy)
         #: The budgets this call got (the policy's, fitted to the request by its rules).
-        self.budgets: CallBudgets = (
-            policy.budgets_for(model, None if body is None else len(body))
-            if streaming
-            else policy.budgets_for()
-        )
+        self.budgets: CallBudgets = budgets
         self._budget = self.budgets.first_event if streaming else None
         if streaming and self.budgets.source:
             logger.debug("%s %s: budgets %s", request.method, request.url.path, self.budgets)
@@ -130,9 +112,11 @@ class Exchange:
         self._hint = (
             NOT_RESUMABLE if streaming and self._wire == "responses" and not self.resumable else ""
         )
+        # A request with effects (an MCP tools/call) is never sent twice.
+        resends = policy.retries if mcp is None or mcp.resendable else 0
         # A resumable stream draws on its call's resumes even with no first-event budget.
         self._call: Call | None = (
-            call_for_request(request.headers, policy.retries, policy.resumes)
+            call_for_request(request.headers, resends, policy.resumes)
             if self._budget is not None or self.resumable is not None
             else None
         )

@@ -54,13 +54,15 @@ class WireEvents(Mapping[Wire, frozenset[str]]):
 #: API ``event: ping``, OpenAI's Responses API ``keepalive`` data events
 #: (undocumented; seen in the wild since early 2026). ``ping`` stays a
 #: keepalive on Chat Completions and generic streams, as it always was. Gemini
-#: sends none: its events are untyped, and a proxy's comments are no events.
+#: sends none: its events are untyped, and a proxy's comments are no events. MCP's
+#: keepalive is the server's ``ping`` request, known from its data, not its type.
 DEFAULT_HEARTBEAT_EVENTS: Final = WireEvents(
     {
         "chat_completions": frozenset({"ping"}),
         "responses": frozenset({"keepalive"}),
         "messages": frozenset({"ping"}),
         "gemini": frozenset(),
+        "mcp": frozenset(),
         "generic": frozenset({"ping"}),
     }
 )

@@ -14,13 +14,12 @@ from .budgets import (
     DEFAULT_BUDGET_RULES,
     MAX_SECONDS,
     BudgetRules,
-    CallBudgets,
     DefaultSeconds,
     check_seconds,
-    derive,
     estimate_tokens,
     in_range,
 )
+from .call_budgets import CallBudgets, derive
 from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, OFF, WireEvents, env_event_types, per_wire
 from .wires import Wire
 
@@ -211,16 +210,24 @@ class StreamPolicy:
         """Seconds allowed between progress events, or ``None`` for no bound."""
         return self.stale_timeout
 
-    def budgets_for(self, model: str | None = None, body_size: int | None = None) -> CallBudgets:
+    def budgets_for(
+        self,
+        model: str | None = None,
+        body_size: int | None = None,
+        *,
+        mcp: bool = False,
+        tool: str | None = None,
+    ) -> CallBudgets:
         """The budgets of a call to ``model`` whose request body is ``body_size`` bytes.
 
         The policy's own budgets, changed by ``budget_rules`` where no one set
         them; ``None`` for either argument: unknown (no rule of that kind applies).
+        ``mcp``: an MCP request instead, with MCP's defaults (first event 300 s, stale
+        120 s) and the tool rule matching ``tool`` (what a ``tools/call`` names).
         """
         tokens = None if body_size is None else estimate_tokens(body_size)
-        return derive(
-            self.first_event_budget, self.stale_timeout, self.budget_rules, model, tokens
-        )
+        first, stale, rules = self.first_event_budget, self.stale_timeout, self.budget_rules
+        return derive(first, stale, rules, model, tokens, mcp=mcp, tool=tool)
 
     @property
     def longest_budget(self) -> float:
@@ -313,18 +320,13 @@ class StreamPolicy:
         return replace(cls(), **values)
 
 
-#: ``from_env()``'s policy for the environment it read last, keyed by the class and the
-#: variables' values.
+#: ``from_env()``'s policy for the environment it read last (by class and values).
 _FROM_ENVIRONMENT: dict[tuple[Any, ...], StreamPolicy] = {}
 #: One frozenset of each kind for the policies' ``_defaults`` (at most four kinds).
 _DEFAULTS: dict[frozenset[str], frozenset[str]] = {}
 
 
-class _Unset:
-    pass
-
-
-_UNSET: Any = _Unset()
+_UNSET: Any = object()  # an unset or blank variable
 
 
 def _env_seconds(env: Mapping[str, str], name: str) -> Any:

@@ -21,7 +21,7 @@ from typing import Literal
 import httpx
 
 from .attempt import url_without_query
-from .budgets import CallBudgets
+from .call_budgets import CallBudgets
 from .clock import monotonic
 from .errors import Handoff, StreamInterrupted, StreamStalled
 

@@ -15,10 +15,18 @@ from typing import Final, Literal
 __all__ = ["WIRES", "Wire", "gemini_call", "gemini_provider", "wire_of"]
 
 #: The wire a request speaks: OpenAI Chat Completions, OpenAI Responses,
-#: Anthropic Messages, Google's Gemini (Gemini API and Vertex AI), or any other
-#: event stream.
-Wire = Literal["chat_completions", "responses", "messages", "gemini", "generic"]
-WIRES: Final[tuple[Wire, ...]] = ("chat_completions", "responses", "messages", "gemini", "generic")
+#: Anthropic Messages, Google's Gemini (Gemini API and Vertex AI), MCP's streamable
+#: HTTP (known from the request's body or headers, not its path: ``mcp``), or any
+#: other event stream.
+Wire = Literal["chat_completions", "responses", "messages", "gemini", "mcp", "generic"]
+WIRES: Final[tuple[Wire, ...]] = (
+    "chat_completions",
+    "responses",
+    "messages",
+    "gemini",
+    "mcp",
+    "generic",
+)
 
 # POST /v1/responses, and the resume GET /v1/responses/{id} (one path segment:
 # /responses/{id}/cancel and /input_items are not streams).
@@ -33,7 +41,8 @@ _GEMINI_PATH = re.compile(
 
 
 def wire_of(path: str) -> Wire:
-    """The wire a request to ``path`` speaks (``generic`` for any other path)."""
+    """The wire a request to ``path`` speaks (``generic`` for any other path; an MCP
+    request is known from its body, by ``mcp.mcp_call``)."""
     path = path.rstrip("/")
     if path.endswith("/chat/completions"):
         return "chat_completions"

@@ -29,6 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from .mcp import mcp_class
 from .wire_paths import WIRES, Wire
 
 __all__ = [
@@ -70,9 +71,11 @@ _ERRORS: Final[dict[Wire, frozenset[bytes]]] = {
     "responses": frozenset({b"error", b"response.failed"}),
     "messages": frozenset({b"error"}),
 }
-# The event types whose class ``classify`` may take from their data, per wire.
+# The event types whose class ``classify`` may take from their data, per wire (MCP's
+# events are all ``message``s, each a JSON-RPC message: ``mcp.mcp_class``).
 _READ: Final[dict[Wire, frozenset[bytes]]] = {
-    wire: _LIFECYCLE[wire] | _OPENINGS[wire] | _ENDS[wire] | _ERRORS[wire] for wire in _LIFECYCLE
+    **{w: _LIFECYCLE[w] | _OPENINGS[w] | _ENDS[w] | _ERRORS[w] for w in _LIFECYCLE},
+    "mcp": frozenset({b"message"}),
 }
 
 # The object an opening event carries, and the keys of it that hold content.
@@ -183,6 +186,8 @@ def classify(
         return "end"
     if wire == "gemini":
         return _gemini_class(data)
+    if wire == "mcp":
+        return mcp_class(data)
     if wire == "chat_completions":
         if b'"error"' in data:
             error = _chat_error(data)

@@ -40,7 +40,7 @@ from typing import Any, TextIO
 import httpx
 
 from .._core.attempt import url_without_query
-from .._core.budgets import CallBudgets
+from .._core.call_budgets import CallBudgets
 from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
 from .._core.stages import words_for

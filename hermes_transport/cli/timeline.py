@@ -18,7 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.budgets import CallBudgets
+from .._core.call_budgets import CallBudgets
 from .._core.policy import StreamPolicy
 from .._core.progress import ProgressMeter
 from .._core.sse import SSEScanner

@@ -18,6 +18,10 @@ google-genai SDK calls them (``POST {version}/models/{model}:streamGenerateConte
 below any prefix): data-only events, ``: keepalive`` comments as a proxy's keepalive,
 Google's error JSON, the model in the path (:func:`gemini_model` reads it back). Give
 google-genai the server's root, ``HttpOptions(base_url=server.base_url.removesuffix("/v1"))``.
+And MCP's streamable HTTP transport, as the ``mcp`` SDK's client speaks it, at any path
+ending in ``/mcp`` (``server.base_url.removesuffix("/v1") + "/mcp"``): sessions, ``ping``,
+``tools/list`` (one tool, :data:`MCP_TOOL_NAME`) and ``tools/call``, the scenario's
+attempt, streamed as progress or logging notifications, then the result.
 Every request is recorded as a :class:`RecordedRequest`::
 
     import openai
@@ -72,6 +76,7 @@ Good to know:
 from __future__ import annotations
 
 from .gemini import gemini_model
+from .mcp import MCP_TOOL_NAME
 from .messages import MESSAGES_PATH
 from .responses import RESPONSES_PATH
 from .scenarios import (
@@ -86,6 +91,7 @@ from .server import FaultServer
 
 __all__ = [
     "CHAT_COMPLETIONS_PATH",
+    "MCP_TOOL_NAME",
     "MESSAGES_PATH",
     "RESPONSES_PATH",
     "TOOL_CALL_ARGUMENTS",

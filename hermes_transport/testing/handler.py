@@ -1,11 +1,11 @@
 """The fault server's request handler: reading a request, shaping its answer.
 
 Owns :class:`Handler`, which records each request, picks the wire (Chat Completions,
-Messages, Gemini, or Responses, whose stored responses it also retrieves, resumes and
+Messages, Gemini, MCP, or Responses, whose stored responses it also retrieves, resumes and
 cancels) and plays the scenario's faults over that wire's :class:`~.stream.WireStream`
 (stalls, thinking, keep-alives, truncation, connection resets, in-stream errors,
-lingering), and the body helpers it writes with: incremental gzip, chunked framing, a
-byte per write, coalesced writes.
+lingering), and the body helper it writes with: incremental gzip, chunked framing, a
+byte per write.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from .background import (
 )
 from .chat import chat_completion, chat_error, chat_stream
 from .gemini import gemini_completion, gemini_error, gemini_route, gemini_stream
+from .mcp import mcp_answer, mcp_channel, mcp_error, mcp_record, mcp_result, mcp_route, mcp_stream
 from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
 from .responses import RESPONSES_PATH, responses_completion, responses_stream
 from .scenarios import RecordedRequest, Scenario
-from .stream import error_cut
+from .stream import Writes, error_cut
 
 if TYPE_CHECKING:
     from .server import FaultHTTPServer, Sending
@@ -103,12 +104,17 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:  # a malformed Content-Length or chunked body
             self.close_connection = True
             return
-        request = fault._record(self, body, arrived)
+        mcp = mcp_route(self.path)
+        request = (
+            mcp_record(fault, self, body, arrived) if mcp else fault._record(self, body, arrived)
+        )
         self.sent = fault._sending(request)
         try:
             route = responses_route(request.method, request.path)
             if request.attempt >= 0:
                 self._chat(fault.scenario.for_attempt(request.attempt), request)
+            elif mcp:
+                self._mcp(request)
             elif route is not None:
                 self._stored(*route)
             else:
@@ -137,6 +143,7 @@ class Handler(BaseHTTPRequestHandler):
         path = urlsplit(request.path).path
         resume = request.method == "GET"  # the one attempt that is a GET: a stream resume
         gemini = gemini_route(request.path)  # Gemini's path, not its body, says it streams
+        mcp = mcp_route(request.path)
         streaming = gemini[1] if gemini else resume or request.stream is True
         if scenario.stall_before_headers:
             self._hold(scenario, None)
@@ -146,7 +153,9 @@ class Handler(BaseHTTPRequestHandler):
         if scenario.status != 200:
             error = messages_error if path == MESSAGES_PATH else chat_error
             error = gemini_error if gemini else error
-            self._send_json(scenario.status, error(scenario.status, scenario.message), scenario)
+            failed = error(scenario.status, scenario.message)
+            failed = mcp_error(request, -32603, scenario.message) if mcp else failed
+            self._send_json(scenario.status, failed, scenario)
         elif resume:
             response_id = path.rsplit("/", 1)[-1]
             window = self.server.fault._resume_window
@@ -156,6 +165,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 after = starting_after(request.path)
                 self._stream(scenario, replay_stream(scenario, found, after))
+        elif mcp:
+            if streaming:
+                self._stream(scenario, mcp_stream(scenario, request))
+            else:
+                self._send_json(200, mcp_result(request, scenario), scenario)
         elif gemini is not None:
             if streaming:
                 self._stream(scenario, gemini_stream(scenario, request, n))
@@ -175,6 +189,14 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(scenario, chat_stream(scenario, request, n))
         else:
             self._send_json(200, chat_completion(scenario, request, n), scenario)
+
+    def _mcp(self, request: RecordedRequest) -> None:
+        """An MCP request that is no attempt (see ``mcp.py``), or the session's channel."""
+        answer = mcp_answer(self.server.fault, request)
+        if answer is None:
+            self._stream(*mcp_channel(self.server.fault.scenario))
+        else:
+            self._send_json(answer[0], answer[1], Scenario(), answer[2])
 
     def _stored(self, response_id: str, action: str) -> None:
         """Retrieve or cancel a stored response (no scenario applies: these are no attempts)."""
@@ -213,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
             limit = min(limit, cut) if cut is not None else limit
         if scenario.error_event is not None:  # the error stands in for at least the last event
             limit = error_cut(scenario.error_after_events, len(wire))
-        writes = _Writes(body, scenario.write_size)
+        writes = Writes(body.send, scenario.write_size)
         for index in range(limit + 1):
             if index == wire.think_at < len(wire) and scenario.think:
                 writes.flush()
@@ -300,8 +322,14 @@ class Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 sock.setblocking(True)
 
-    def _send_json(self, status: int, payload: object, scenario: Scenario) -> None:
-        data = json.dumps(payload).encode()
+    def _send_json(
+        self,
+        status: int,
+        payload: object,
+        scenario: Scenario,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        data = b"" if payload is None else json.dumps(payload).encode()
         if scenario.gzip:
             zipper = zlib.compressobj(wbits=31)
             data = zipper.compress(data) + zipper.flush()
@@ -312,27 +340,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Encoding", "gzip")
         if status != 200 and scenario.retry_after is not None:
             self.send_header("Retry-After", f"{scenario.retry_after:g}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.sent.headers(status)
         self.end_headers()
         _Body(self, scenario, chunked=False).send(data)
-
-
-class _Writes:
-    """Coalesces events into writes of at least ``size`` bytes (0: one write per event)."""
-
-    def __init__(self, body: _Body, size: int) -> None:
-        self._body, self._size = body, size
-        self._pending: list[bytes] = []
-        self._pending_size = 0
-
-    def send(self, event: bytes) -> None:
-        self._pending.append(event)
-        self._pending_size += len(event)
-        if self._pending_size >= self._size:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is pending, before any pause."""
-        if self._pending:
-            self._body.send(b"".join(self._pending))
-            self._pending, self._pending_size = [], 0

@@ -60,7 +60,9 @@ class RecordedRequest:
     completions, messages, Responses creations (``POST /v1/responses``), Responses
     stream resumes (``GET /v1/responses/{id}?stream=true``) and Gemini ``POST``s to
     ``...:generateContent`` or ``...:streamGenerateContent`` (their model is in the path:
-    :func:`gemini_model`; ``stream`` is None there); -1 for any other request.
+    :func:`gemini_model`; ``stream`` is None there) and MCP ``tools/call`` requests of a
+    known session (``stream``: whether answered as SSE; None for MCP's other requests); -1 for
+    any other request.
     """
 
     method: str
@@ -149,6 +151,9 @@ class Scenario:
     lines with CRLF; ``linger_after_done`` pauses between the last event and the end of
     the body; ``write_size`` (bytes, 0 for one write per event) coalesces events into
     fewer, larger writes, so that a benchmark measures the client rather than this server.
+
+    MCP only: ``mcp_json`` answers a ``tools/call`` as JSON, not SSE; ``mcp_event_ids``
+    gives each of its SSE events an ``id:`` line.
     """
 
     content: tuple[str, ...] = ("hello", " world")
@@ -183,6 +188,8 @@ class Scenario:
     keepalive_numbers: int = 0
     retry_after: float | None = None
     thoughts: tuple[str, ...] = ()
+    mcp_json: bool = False
+    mcp_event_ids: bool = False
 
     def __post_init__(self) -> None:
         for name in ("content", "thoughts"):
@@ -222,6 +229,9 @@ class Scenario:
             )
         if not isinstance(self.stall_scenario, Scenario | None):
             raise ValueError("Scenario.stall_scenario must be a Scenario or None")
+        for name in ("mcp_json", "mcp_event_ids"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Scenario.{name} must be a bool, got {getattr(self, name)!r}")
 
     def _check_think_and_error(self) -> None:
         interval = self.keepalive_interval

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import itertools
-import json
 import socket
 import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import HTTPServer
 from socketserver import TCPServer
 from typing import Any
@@ -25,6 +26,7 @@ from .background import is_resume
 from .gemini import gemini_route
 from .handler import Handler
 from .messages import MESSAGES_PATH
+from .recording import heard
 from .responses import RESPONSES_PATH
 from .scenarios import (
     CHAT_COMPLETIONS_PATH,
@@ -209,32 +211,26 @@ class FaultServer:
             self._sockets.discard(sock)
 
     def _record(self, handler: Handler, body: bytes, arrived: float) -> RecordedRequest:
-        try:
-            parsed: object | None = json.loads(body) if body else None
-        except ValueError:
-            parsed = None
-        stream = parsed.get("stream") if isinstance(parsed, dict) else None
-        headers: dict[str, str] = {}
-        for name, value in handler.headers.items():
-            key = name.lower()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        request = heard(handler, body, arrived)
         method, target = handler.command, handler.path
         counts = method == "POST" and urlsplit(target).path in _CREATE_PATHS
         counts = counts or (method == "POST" and gemini_route(target) is not None)
         counts = counts or is_resume(method, target)
+        return self._counted(request, counts)
+
+    def _counted(
+        self,
+        request: RecordedRequest,
+        counts: bool,
+        stream_of: Callable[[int], bool | None] | None = None,
+    ) -> RecordedRequest:
+        """``request`` recorded, with its attempt number if it ``counts`` (and its ``stream``
+        from ``stream_of(attempt)`` if given): what every wire's recording ends with."""
         with self._recorded:
             attempt = self._attempts if counts else -1
             self._attempts += counts
-            request = RecordedRequest(
-                method=handler.command,
-                path=handler.path,
-                headers=headers,
-                body=body,
-                json=parsed,
-                stream=stream if isinstance(stream, bool) else None,
-                time=arrived,
-                attempt=attempt,
-            )
+            stream = request.stream if stream_of is None else stream_of(attempt)
+            request = dataclasses.replace(request, attempt=attempt, stream=stream)
             self._requests.append(request)
             self._recorded.notify_all()
         return request

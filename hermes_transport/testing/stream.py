@@ -4,14 +4,15 @@ Owns :class:`WireStream`: the events of one complete streamed answer in order, t
 of the first output event (where a scenario's ``think`` pauses), and how that wire says
 "still here" (its keepalive) and "failed" (its in-stream error event). Chat Completions
 and Messages use it as is, with every event encoded up front; Responses subclasses it to
-number its events as they are sent. It imports nothing else of the package.
+number its events as they are sent. And :class:`Writes`, which coalesces the events the
+handler sends into fewer writes. It imports nothing else of the package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["WireStream", "error_cut", "sse_comment"]
+__all__ = ["WireStream", "Writes", "error_cut", "sse_comment"]
 
 
 def error_cut(after: int, events: int) -> int:
@@ -57,3 +58,24 @@ class WireStream:
 
     def ended(self) -> None:
         """The answer is over; nothing to keep by default."""
+
+
+class Writes:
+    """Coalesces events into writes of at least ``size`` bytes (0: one write per event)."""
+
+    def __init__(self, write: Callable[[bytes], None], size: int) -> None:
+        self._write, self._size = write, size
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+
+    def send(self, event: bytes) -> None:
+        self._pending.append(event)
+        self._pending_size += len(event)
+        if self._pending_size >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending, before any pause."""
+        if self._pending:
+            self._write(b"".join(self._pending))
+            self._pending, self._pending_size = [], 0

@@ -57,6 +57,7 @@ def test_defaults() -> None:
         "responses": {"keepalive"},
         "messages": {"ping"},
         "gemini": set(),
+        "mcp": set(),
         "generic": {"ping"},
     }
 

@@ -25,6 +25,7 @@ NAME = "hermes_transport.testing"
 PACKAGE = Path(hermes_transport.testing.__file__).parent
 PUBLIC = {
     "CHAT_COMPLETIONS_PATH",
+    "MCP_TOOL_NAME",
     "MESSAGES_PATH",
     "RESPONSES_PATH",
     "TOOL_CALL_ARGUMENTS",
@@ -82,7 +83,7 @@ def _imports(module: str, *, type_checking: bool) -> set[str]:
 def test_the_package_has_the_expected_modules_each_with_a_docstring() -> None:
     """The fault server lives in one module per concern, each saying what it owns."""
     expected = {"", ".chat", ".handler", ".messages", ".responses", ".scenarios", ".server"}
-    expected |= {".background", ".gemini", ".store", ".stream"}
+    expected |= {".background", ".gemini", ".mcp", ".recording", ".store", ".stream"}
     assert set(MODULES) == {NAME + suffix for suffix in expected}
     for module, path in MODULES.items():
         assert ast.get_docstring(ast.parse(path.read_text())), f"{module} has no docstring"

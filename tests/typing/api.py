@@ -37,6 +37,7 @@ from hermes_transport import (
     StreamPolicy,
     StreamStalled,
     StreamStats,
+    ToolBudget,
     WatchdogTransport,
     astream_chat_completion,
     astream_content,
@@ -129,6 +130,8 @@ def budgets_and_stats(exc: Exception) -> None:
     BudgetRules(models=[ModelBudget("o3*", first_event=600.0, stale=...)], prompt_floors=[])
     ModelBudget("o3*", first_event="600")  # type: ignore[arg-type]
     StreamPolicy(budget_rules=[ModelBudget("x")])  # type: ignore[arg-type]
+    BudgetRules(tools=[ToolBudget("search_*", first_event=30.0, stale=None)])
+    assert_type(policy.budgets_for(mcp=True, tool="search_web").stale, float | None)
     assert_type(stream_error(exc), StreamStalled | StreamInterrupted | None)
 
     def on_stats(stats: StreamStats) -> None:

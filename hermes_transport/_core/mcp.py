@@ -1,0 +1,118 @@
+"""MCP over streamable HTTP: which requests speak it, and what their events mean.
+
+Owns ``McpCall`` (what a request is on the ``mcp`` wire: a JSON-RPC request's method,
+id and tool, or the server's GET channel), ``mcp_call`` (recognising one from the
+request: a POST whose JSON body is a JSON-RPC 2.0 request, or a GET carrying
+``Mcp-Session-Id``), ``mcp_class`` (an event's class: the response ends the stream,
+any other message about the request is progress, the server's ``ping`` a heartbeat, a
+request of the server's to the client not progress), and the methods that change
+nothing on the server (``SAFE_METHODS``: the only ones sent again). Pure.
+
+Limits: a batch (a JSON array of messages, which MCP dropped in 2025-06-18) is not
+recognised: it is watched as any other stream. A notification or a client's response
+to the server (no ``id``, or no ``method``) is not a call: its answer is a 202.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = ["SAFE_METHODS", "SERVER_REQUESTS", "McpCall", "mcp_call", "mcp_class"]
+
+#: The methods that change nothing on the server: a stall before their first event may be
+#: re-sent, as on the model wires. Any other (``tools/call`` first) has effects, and a
+#: request that may have reached the server is never sent twice.
+SAFE_METHODS: Final = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    }
+)
+#: The requests a server sends its client in the middle of a request's stream, which
+#: wait for the client's answer (a person's, for an elicitation).
+SERVER_REQUESTS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+
+
+@dataclass(frozen=True)
+class McpCall:
+    """One request on the ``mcp`` wire.
+
+    ``method``: the JSON-RPC method (``None``: the server's GET channel, on which the
+    server speaks when it has something to say); ``id``: the request's id; ``tool``:
+    the tool a ``tools/call`` names (``params.name``), if it names one.
+    """
+
+    method: str | None
+    id: str | int | None = None
+    tool: str | None = None
+
+    @property
+    def channel(self) -> bool:
+        """Whether this is the server's GET channel, silent for as long as it likes."""
+        return self.method is None
+
+    @property
+    def resendable(self) -> bool:
+        """Whether a stall before the first event may send the request again."""
+        return self.method in SAFE_METHODS
+
+
+def mcp_call(
+    http_method: str, headers: Mapping[str, str], payload: Mapping[str, Any] | None
+) -> McpCall | None:
+    """The MCP call a request makes, if it makes one: a POST whose JSON body (``payload``,
+    parsed once by the exchange) is a JSON-RPC 2.0 request (``"jsonrpc": "2.0"``, a
+    string ``method``, an ``id`` that is a string or an integer), or a GET carrying an
+    ``Mcp-Session-Id`` header (the server's channel)."""
+    if http_method == "GET":
+        return McpCall(None) if headers.get("mcp-session-id") else None
+    if http_method != "POST" or payload is None or payload.get("jsonrpc") != "2.0":
+        return None
+    method, request_id = payload.get("method"), payload.get("id")
+    if not isinstance(method, str) or not method:
+        return None
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        return None  # a notification, or no JSON-RPC request
+    tool: str | None = None
+    params = payload.get("params")
+    if method == "tools/call" and isinstance(params, dict):
+        name = params.get("name")
+        tool = name if isinstance(name, str) and name else None
+    return McpCall(method, request_id, tool)
+
+
+def mcp_class(data: bytes) -> Literal["output", "preamble", "heartbeat", "end"]:
+    """The class of one event's data on the ``mcp`` wire (one JSON-RPC message).
+
+    A response (an ``id`` with a ``result`` or an ``error``) ends the request's stream;
+    the server's ``ping`` is a heartbeat; a request of the server's to the client
+    (``SERVER_REQUESTS``) is no progress: the stream then waits for the client; any
+    other message (a progress or logging notification) is output. Data that is not one
+    JSON-RPC message (cut short, or not JSON) is output: it may carry anything.
+    """
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return "output"
+    if not isinstance(message, dict):
+        return "output"
+    method = message.get("method")
+    if isinstance(method, str):
+        if method == "ping":
+            return "heartbeat"
+        if method in SERVER_REQUESTS and "id" in message:
+            return "preamble"
+        return "output"
+    if "id" in message and ("result" in message or "error" in message):
+        return "end"
+    return "output"
