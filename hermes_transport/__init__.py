@@ -13,7 +13,8 @@ the same for one response of OpenAI's Responses API, ``stream_message`` and
 ``astream_message`` for one message of Anthropic's Messages API (with the
 anthropic SDK, which is optional). ``genai_client_for`` builds a Google
 ``google-genai`` client (optional too) whose sync and async calls are watched, and
-``stream_content`` and ``astream_content`` stream one Gemini answer on it.
+``stream_content`` and ``astream_content`` stream one Gemini answer on it;
+``mcp_http_client_for`` an httpx2 client for the ``mcp`` SDK's streamable HTTP client.
 ``hermes_transport.httpx2`` has the
 transports and http client factories on httpx2; ``hermes_transport.testing`` a
 loopback fault server.
@@ -41,6 +42,7 @@ from ._sdk.chat import astream_chat_completion, stream_chat_completion
 from ._sdk.clients import async_openai_client_for, openai_client_for
 from ._sdk.gemini import genai_client_for
 from ._sdk.gemini_content import astream_content, stream_content
+from ._sdk.mcp import mcp_http_client_for
 from ._sdk.messages import astream_message, stream_message
 from ._sdk.responses import astream_response, stream_response
 
@@ -71,6 +73,7 @@ __all__ = [
     "async_openai_client_for",
     "genai_client_for",
     "http_client_for",
+    "mcp_http_client_for",
     "openai_client_for",
     "should_stream_inline",
     "stream_chat_completion",

@@ -150,6 +150,10 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             " **client_kwargs)",
         ),
         (
+            hermes_transport.mcp_http_client_for,
+            "(context, *, policy=None, interrupt=None, on_stats=None, **client_kwargs)",
+        ),
+        (
             hermes_transport.stream_content,
             "(client, *, inline=None, interrupt=None, on_chunk=None, **generate_kwargs)",
         ),

@@ -45,6 +45,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import httpx
 
+from .mcp import McpCall, answered_for, error_event, keep_answered
 from .stages import Stage
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "StreamInterrupted",
     "StreamStalled",
     "for_caller",
+    "in_band_answer",
     "interrupted_before_response",
     "stream_error",
 ]
@@ -223,6 +225,16 @@ class Handoff(BaseException):
         self.error = error
 
 
+def in_band_answer(call: McpCall | None, error: BaseException) -> bytes | None:
+    """The JSON-RPC error event written in the server's place when ``error`` (a stall or
+    an interrupt) ends ``call``, an MCP request answered in band, ``error`` kept for
+    ``stream_error`` under the key written with it; ``None``: raise ``error``."""
+    if call is None or not isinstance(error, (StreamStalled, StreamInterrupted)):
+        return None
+    data = {"error": type(error).__name__, "stage": error.stage, "key": keep_answered(error)}
+    return error_event(call.id, str(error), data)
+
+
 def stream_error(exc: BaseException | None) -> StreamStalled | StreamInterrupted | None:
     """The library's ``StreamStalled`` or ``StreamInterrupted`` in ``exc``'s chain, if any.
 
@@ -230,7 +242,9 @@ def stream_error(exc: BaseException | None) -> StreamStalled | StreamInterrupted
     links (and the members of an ``ExceptionGroup``), nearest first, each
     exception once: clients wrap our errors differently (LangChain and
     pydantic-ai two levels deep, litellm only as ``__context__``, where
-    ``except StreamInterrupted`` never matches). ``None`` if neither is there.
+    ``except StreamInterrupted`` never matches); and for an error an MCP client raised
+    for a request the watch answered in band (``mcp_http_client_for``), the one it
+    answered with. ``None`` if neither is there.
     """
     seen: set[int] = set()
     queue = [exc]
@@ -243,6 +257,9 @@ def stream_error(exc: BaseException | None) -> StreamStalled | StreamInterrupted
             current = current.error
         if isinstance(current, (StreamStalled, StreamInterrupted)):
             return current
+        answered = answered_for(current)
+        if isinstance(answered, (StreamStalled, StreamInterrupted)):
+            return answered
         queue.append(current.__cause__)
         queue.append(current.__context__)
         queue.extend(getattr(current, "exceptions", ()) if _is_group(current) else ())

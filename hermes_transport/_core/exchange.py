@@ -70,6 +70,7 @@ class Exchange:
         "backoff",
         "budgets",
         "guard",
+        "in_band",
         "record",
         "resumable",
         "streaming",
@@ -83,6 +84,8 @@ class Exchange:
         own_interrupt: Interrupt | None,
         bound: Sequence[Interrupt],
         on_stats: StatsCallback | None = None,
+        *,
+        in_band: bool = False,
     ) -> None:
         self._request = request
         self._flavor = flavor
@@ -94,6 +97,9 @@ class Exchange:
         self._replayable = isinstance(stream, flavor.http.ByteStream)
         body: bytes | None = b"".join(stream) if self._replayable else None  # type: ignore[arg-type]
         self._wire, streaming, payload, budgets, mcp = asked(request, body, policy)
+        #: The MCP request whose stall or interrupt is answered in band (``in_band``: as a
+        #: JSON-RPC error in the server's place), if it is one; else such errors are raised.
+        self.in_band = mcp if in_band and mcp is not None and not mcp.channel else None
         #: The budgets this call got (the policy's, fitted to the request by its rules).
         self.budgets: CallBudgets = budgets
         self._budget = self.budgets.first_event if streaming else None

@@ -6,7 +6,11 @@ request: a POST whose JSON body is a JSON-RPC 2.0 request, or a GET carrying
 ``Mcp-Session-Id``), ``mcp_class`` (an event's class: the response ends the stream,
 any other message about the request is progress, the server's ``ping`` a heartbeat, a
 request of the server's to the client not progress), and the methods that change
-nothing on the server (``SAFE_METHODS``: the only ones sent again). Pure.
+nothing on the server (``SAFE_METHODS``: the only ones sent again). And what the watch
+writes in a stalled or interrupted server's place for a client that asked for it
+(``error_event``: a JSON-RPC error for the request), and the errors so answered, kept
+(``keep_answered``) for ``errors.stream_error`` to find from the client's error
+(``answered_for``). Pure: a dict and its lock.
 
 Limits: a batch (a JSON array of messages, which MCP dropped in 2025-06-18) is not
 recognised: it is watched as any other stream. A notification or a client's response
@@ -15,12 +19,26 @@ to the server (no ``id``, or no ``method``) is not a call: its answer is a 202.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-__all__ = ["SAFE_METHODS", "SERVER_REQUESTS", "McpCall", "mcp_call", "mcp_class"]
+__all__ = [
+    "IN_BAND_CODE",
+    "IN_BAND_KEY",
+    "SAFE_METHODS",
+    "SERVER_REQUESTS",
+    "McpCall",
+    "answered_for",
+    "error_event",
+    "keep_answered",
+    "mcp_call",
+    "mcp_class",
+]
 
 #: The methods that change nothing on the server: a stall before their first event may be
 #: re-sent, as on the model wires. Any other (``tools/call`` first) has effects, and a
@@ -38,6 +56,11 @@ SAFE_METHODS: Final = frozenset(
         "completion/complete",
     }
 )
+#: The JSON-RPC error code of a request the watch ended (stalled or interrupted), written in
+#: the server's place: MCP's own range (-32000 to -32099) for implementation errors.
+IN_BAND_CODE: Final = -32001
+#: The key of the error's ``data`` under which the watch says what it ended.
+IN_BAND_KEY: Final = "hermes_transport"
 #: The requests a server sends its client in the middle of a request's stream, which
 #: wait for the client's answer (a person's, for an elicitation).
 SERVER_REQUESTS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
@@ -116,3 +139,40 @@ def mcp_class(data: bytes) -> Literal["output", "preamble", "heartbeat", "end"]:
     if "id" in message and ("result" in message or "error" in message):
         return "end"
     return "output"
+
+
+def error_event(request_id: str | int | None, message: str, data: dict[str, Any]) -> bytes:
+    """One SSE event (``event: message``) carrying a JSON-RPC error response to
+    ``request_id``: what the watch writes in a stalled or interrupted server's place, so
+    that an MCP client fails that request alone, with ``message``; ``data`` goes under
+    ``IN_BAND_KEY`` in the error's ``data``."""
+    error = {"code": IN_BAND_CODE, "message": message, "data": {IN_BAND_KEY: data}}
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
+    return b"event: message\ndata: " + body.encode() + b"\n\n"
+
+
+#: The errors answered in band (``errors.in_band_answer``), by the key written with them,
+#: for ``errors.stream_error``: the latest ``_IN_BAND_KEPT``.
+_in_band: dict[str, BaseException] = {}
+_IN_BAND_KEPT = 1024
+_in_band_keys = itertools.count()
+_in_band_lock = threading.Lock()
+
+
+def keep_answered(error: BaseException) -> str:
+    """Keep ``error``, answered in band; the key to write with it."""
+    key = f"{os.getpid()}-{next(_in_band_keys)}"
+    with _in_band_lock:
+        _in_band[key] = error
+        if len(_in_band) > _IN_BAND_KEPT:
+            del _in_band[next(iter(_in_band))]  # the oldest
+    return key
+
+
+def answered_for(exc: BaseException) -> BaseException | None:
+    """The error answered in band for the request ``exc`` failed (an MCP client's error
+    whose ``error.data`` carries our key), if it is still kept."""
+    data = getattr(getattr(exc, "error", None), "data", None)
+    ours = data.get(IN_BAND_KEY) if isinstance(data, dict) else None
+    key = ours.get("key") if isinstance(ours, dict) else None
+    return _in_band.get(key) if isinstance(key, str) else None

@@ -22,7 +22,7 @@ import httpx
 from .attempt import Attempt, GuardFired, ResumeFailed
 from .body import BodyWatch
 from .calls import backoff_before
-from .errors import StreamStalled
+from .errors import StreamStalled, in_band_answer
 from .guard import Guard
 from .progress import ProgressMeter, is_event_stream
 from .resume import (
@@ -45,6 +45,13 @@ logger = logging.getLogger("hermes_transport")
 
 class ResumingWatch(BodyWatch):
     """A body watch that can also resume its stream (when it is resumable)."""
+
+    def _in_band(self, error: BaseException) -> bytes | None:
+        """What to pass up in the server's place when ``error`` ends an MCP request
+        answered in band (``errors.in_band_answer``), after a blank line that ends whatever
+        event was pending; ``None``: raise ``error``."""
+        event = in_band_answer(self._exchange.in_band, error)
+        return None if event is None else b"\n\n" + event
 
     def _pass(self, chunk: bytes) -> bytes:
         """The per-chunk step of a resumable stream: what of ``chunk`` to pass up (whole

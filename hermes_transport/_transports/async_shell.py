@@ -77,7 +77,13 @@ class AsyncShell(Shell[_AsyncInner]):
     async def _handle(self, request: Any) -> Any:
         flavor = self._flavor
         exchange = Exchange(
-            request, flavor, self._policy, self._interrupt, bound_interrupts(), self._on_stats
+            request,
+            flavor,
+            self._policy,
+            self._interrupt,
+            bound_interrupts(),
+            self._on_stats,
+            in_band=self._in_band,
         )
         watcher = loop_watchdog()
         while True:
@@ -97,6 +103,9 @@ class AsyncShell(Shell[_AsyncInner]):
                         await apause(exchange.backoff, exchange.tokens, watcher)
                     continue
                 exchange.gave_up(error)
+                answer = self._answered(request, exchange, error)
+                if answer is not None:
+                    return answer
                 if error is exc:
                     raise
                 cause = shown_cause(exc)

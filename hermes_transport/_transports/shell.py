@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from .._core.errors import in_band_answer
+from .._core.exchange import Exchange
 from .._core.flavor import Flavor, library_of, runs_on
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
@@ -79,6 +81,9 @@ class Shell(Generic[_Inner]):
     _interrupt: Interrupt | None
     _on_stats: StatsCallback | None
     _sockets_reachable: bool
+    #: Whether an MCP request the watch ends is answered in band (``_answered``): set by
+    #: ``mcp_http_client_for`` for the mcp SDK, which fails only that request on it.
+    _in_band = False
 
     def _configure(
         self,
@@ -107,6 +112,16 @@ class Shell(Generic[_Inner]):
         self._interrupt = interrupt
         self._on_stats = on_stats
         self._policy = policy if policy is not None else StreamPolicy.from_env()
+
+    def _answered(self, request: Any, exchange: Exchange, error: BaseException) -> Any:
+        """The response written in the server's place for a stalled or interrupted MCP
+        request answered in band (a JSON-RPC error for its id, the error kept for
+        ``stream_error``); ``None``: ``error`` is raised."""
+        event = in_band_answer(exchange.in_band, error)
+        if event is None:
+            return None
+        headers = {"content-type": "text/event-stream"}
+        return self._flavor.http.Response(200, headers=headers, content=event, request=request)
 
     @property
     def policy(self) -> StreamPolicy:

@@ -136,8 +136,10 @@ class WatchedStream(ResumingWatch):
                 cause = shown_cause(exc)
             else:
                 return
-            # Raised out of the handler, so the dead attempt's exception is never the
-            # error's context: its cause is only what shown_cause() keeps.
+            if (answer := self._in_band(error)) is not None:
+                yield answer  # in band: the client fails this request alone
+                return
+            # Raised here: the dead attempt's exception is never its context (cause: ours).
             raise error from cause
         finally:
             if self._released:  # closed in here, its error built: see _forget

@@ -68,7 +68,13 @@ class SyncShell(Shell[_SyncInner]):
     def _handle(self, request: Any) -> Any:
         flavor = self._flavor
         exchange = Exchange(
-            request, flavor, self._policy, self._interrupt, bound_interrupts(), self._on_stats
+            request,
+            flavor,
+            self._policy,
+            self._interrupt,
+            bound_interrupts(),
+            self._on_stats,
+            in_band=self._in_band,
         )
         while True:
             guard, attempt = exchange.begin(watchdog.arm, self._sockets_reachable)
@@ -85,6 +91,9 @@ class SyncShell(Shell[_SyncInner]):
                         pause(exchange.backoff, exchange.tokens)
                     continue
                 exchange.gave_up(error)
+                answer = self._answered(request, exchange, error)
+                if answer is not None:
+                    return answer
                 if error is exc:
                     raise
                 cause = shown_cause(exc)

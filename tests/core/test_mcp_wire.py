@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
 
-from hermes_transport import BudgetRules, ModelBudget, StreamPolicy, ToolBudget
+from hermes_transport import (
+    BudgetRules,
+    ModelBudget,
+    StreamInterrupted,
+    StreamPolicy,
+    StreamStalled,
+    ToolBudget,
+    stream_error,
+)
 from hermes_transport._core.asked import CHANNEL_BUDGETS, asked
-from hermes_transport._core.mcp import SAFE_METHODS, McpCall, mcp_call, mcp_class
+from hermes_transport._core.errors import in_band_answer
+from hermes_transport._core.mcp import (
+    IN_BAND_CODE,
+    IN_BAND_KEY,
+    SAFE_METHODS,
+    McpCall,
+    answered_for,
+    error_event,
+    keep_answered,
+    mcp_call,
+    mcp_class,
+)
 from hermes_transport._core.sse import SSEScanner
 
 from _support import events_read_one_by_one_up_to
@@ -326,3 +345,70 @@ def test_a_json_rpc_body_to_a_model_path_keeps_the_models_wire() -> None:
     req = request("POST", "http://h/v1/chat/completions", {**CALL, "stream": True}, **ACCEPT)
     wire, streaming, _payload, _budgets, call = asked(req, req.read(), StreamPolicy())
     assert (wire, streaming, call) == ("chat_completions", True, None)
+
+
+def stalled(stage: Literal["first_event", "mid_stream"] = "first_event") -> StreamStalled:
+    """A stall the watch might answer in band."""
+    return StreamStalled("stream stalled: test", stage=stage, budget=1.0, elapsed=1.0, attempts=1)
+
+
+def test_the_error_event_is_a_json_rpc_error_for_the_request_that_ends_its_stream() -> None:
+    """What the watch writes in the server's place is one message event: a JSON-RPC error for the request's id, our data under our key, which ends the request's stream."""
+    event = error_event(7, "stream stalled: no event", {"stage": "mid_stream"})
+    assert event.startswith(b"event: message\ndata: ")
+    assert event.endswith(b"\n\n")
+    assert json.loads(event.split(b"data: ", 1)[1]) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": IN_BAND_CODE,
+            "message": "stream stalled: no event",
+            "data": {IN_BAND_KEY: {"stage": "mid_stream"}},
+        },
+    }
+    scanner = SSEScanner((), "mcp")
+    scanner.feed(sse(PROGRESS) + event)
+    assert scanner.done
+
+
+class ClientError(Exception):
+    """An MCP client's error for a request: its JSON-RPC error's data on ``error.data``."""
+
+    def __init__(self, data: object) -> None:
+        super().__init__("failed")
+        self.error = type("ErrorData", (), {"data": data})()
+
+
+def test_an_answered_error_is_found_again_from_the_clients_error_while_kept() -> None:
+    """The error the watch answered in band is found from the client's error by the key written with it; the latest ones are kept, the oldest forgotten."""
+    error = stalled()
+    answer = in_band_answer(McpCall("tools/call", 1), error)
+    assert answer is not None
+    data = json.loads(answer.split(b"data: ", 1)[1])["error"]["data"][IN_BAND_KEY]
+    assert (data["error"], data["stage"]) == ("StreamStalled", "first_event")
+    assert answered_for(ClientError({IN_BAND_KEY: data})) is error
+    assert stream_error(ClientError({IN_BAND_KEY: data})) is error
+    for _ in range(2000):
+        keep_answered(stalled())
+    assert answered_for(ClientError({IN_BAND_KEY: data})) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, "x", {}, {IN_BAND_KEY: "k"}, {IN_BAND_KEY: {"key": 5}}, {IN_BAND_KEY: {"key": "no"}}],
+)
+def test_a_client_error_without_our_key_is_not_ours(data: object) -> None:
+    """A client error whose data does not name one of our answers is none of ours."""
+    assert answered_for(ClientError(data)) is None
+    assert answered_for(ValueError("plain")) is None
+
+
+def test_only_our_errors_on_calls_answered_in_band_are_answered() -> None:
+    """A stall or interrupt of a call answered in band is answered; any other error, or a call not answered in band, is raised."""
+    call = McpCall("tools/call", 3, "x")
+    answer = in_band_answer(call, stalled("mid_stream"))
+    assert answer is not None
+    assert answer.startswith(b"event: message\ndata: ")
+    assert in_band_answer(call, StreamInterrupted("stop")) is not None
+    assert in_band_answer(call, ValueError("boom")) is None
+    assert in_band_answer(None, stalled()) is None

@@ -205,8 +205,10 @@ def test_tool_budgets_apply_to_the_tool_they_name(server: FaultServer) -> None:
     assert "tool 'slow_search' matched rule 'slow_*'" in str(stalled.value)
 
 
-def test_a_first_event_stall_through_the_sdk_ends_its_session_for_now(server: FaultServer) -> None:
-    """Through the SDK, a tool call stalled before its first event ends the session with an exception group holding our StreamStalled, after one attempt (what the README says until the transport answers in the server's place)."""
+def test_on_a_bare_transport_a_first_event_stall_through_the_sdk_ends_its_session(
+    server: FaultServer,
+) -> None:
+    """On a bare transport (not the factory's client), a tool call stalled before its first event ends the SDK's session with an exception group holding our StreamStalled, after one attempt, as the README says."""
     server.scenario = Scenario(think=10.0, content=("a",))
 
     async def main() -> None:

@@ -47,6 +47,7 @@ from hermes_transport import (
     async_openai_client_for,
     genai_client_for,
     http_client_for,
+    mcp_http_client_for,
     openai_client_for,
     should_stream_inline,
     stream_chat_completion,
@@ -191,6 +192,7 @@ def sdk_clients(token: Interrupt) -> None:
         genai.Client,
     )
     genai_client_for("cron", flavor="aiohttp")  # type: ignore[arg-type]
+    assert_type(mcp_http_client_for("cron", policy=StreamPolicy()), httpx2.AsyncClient)
 
 
 def chat(client: openai.OpenAI, async_client: openai.AsyncOpenAI, token: Interrupt) -> None:
