@@ -23,7 +23,7 @@ from .._core.body import rebuilt
 from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
-from .._core.interrupt import Interrupt, bound_interrupts
+from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.async_backend import AsyncTrackingBackend
@@ -75,16 +75,7 @@ class AsyncShell(Shell[_AsyncInner]):
         self._detached = Detached()
 
     async def _handle(self, request: Any) -> Any:
-        flavor = self._flavor
-        exchange = Exchange(
-            request,
-            flavor,
-            self._policy,
-            self._interrupt,
-            bound_interrupts(),
-            self._on_stats,
-            in_band=self._in_band,
-        )
+        exchange = self._exchange(request)
         watcher = loop_watchdog()
         while True:
             guard, attempt = exchange.begin(watcher.arm, self._sockets_reachable)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from .._core.errors import in_band_answer
 from .._core.exchange import Exchange
 from .._core.flavor import Flavor, library_of, runs_on
-from .._core.interrupt import Interrupt
+from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.backend import refuse_http2, track_sockets
@@ -112,6 +112,15 @@ class Shell(Generic[_Inner]):
         self._interrupt = interrupt
         self._on_stats = on_stats
         self._policy = policy if policy is not None else StreamPolicy.from_env()
+
+    def _exchange(self, request: Any) -> Exchange:
+        """The exchange of one ``handle_request``, under this transport's settings and the
+        interrupts bound where it is called."""
+        policy, interrupt, on_stats = self._policy, self._interrupt, self._on_stats
+        bound = bound_interrupts()
+        return Exchange(
+            request, self._flavor, policy, interrupt, bound, on_stats, in_band=self._in_band
+        )
 
     def _answered(self, request: Any, exchange: Exchange, error: BaseException) -> Any:
         """The response written in the server's place for a stalled or interrupted MCP

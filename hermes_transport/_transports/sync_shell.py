@@ -17,7 +17,7 @@ from .._core.body import rebuilt
 from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
-from .._core.interrupt import Interrupt, bound_interrupts
+from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.backend import TrackingBackend, reach_untracked
@@ -66,16 +66,7 @@ class SyncShell(Shell[_SyncInner]):
         )
 
     def _handle(self, request: Any) -> Any:
-        flavor = self._flavor
-        exchange = Exchange(
-            request,
-            flavor,
-            self._policy,
-            self._interrupt,
-            bound_interrupts(),
-            self._on_stats,
-            in_band=self._in_band,
-        )
+        exchange = self._exchange(request)
         while True:
             guard, attempt = exchange.begin(watchdog.arm, self._sockets_reachable)
             watchdog.arm(guard)
