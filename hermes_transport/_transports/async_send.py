@@ -70,10 +70,11 @@ class Cancellable:
     waiting for its first event, and thousands may wait at once.
     """
 
-    __slots__ = ("_fallback", "_guard", "_scope")
+    __slots__ = ("_fallback", "_guard", "_scope", "_watcher")
 
     def __init__(self, guard: Guard, watcher: LoopWatchdog) -> None:
         self._guard = guard
+        self._watcher = watcher
         self._scope = anyio.CancelScope()
         self._fallback = CancelAttempt(self._scope, watcher)
 
@@ -81,7 +82,7 @@ class Cancellable:
         scope = self._scope.__enter__()
         try:
             self._guard.set_fallback(self._fallback)
-            self._fallback._watcher.arm(self._guard)
+            self._watcher.arm(self._guard)
         except BaseException as exc:  # the scope never stays entered past its with
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise

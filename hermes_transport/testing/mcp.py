@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MCP_TOOL_NAME",
+    "McpSessions",
     "mcp_answer",
     "mcp_channel",
     "mcp_error",
@@ -78,8 +78,9 @@ _SESSION = "mcp-session-id"
 Answer = tuple[int, object, dict[str, str]]  # status, JSON payload (None: no body), headers
 
 
-class _Sessions:
-    """The sessions one server opened with ``initialize`` and not ended yet."""
+class McpSessions:
+    """The MCP sessions one server opened with ``initialize`` and not ended yet (the
+    server holds them: ``FaultServer._mcp_sessions``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -98,16 +99,6 @@ class _Sessions:
     def end(self, session: str) -> None:
         with self._lock:
             self._ids.discard(session)
-
-
-_ALL: weakref.WeakKeyDictionary[FaultServer, _Sessions] = weakref.WeakKeyDictionary()
-_ALL_LOCK = threading.Lock()
-
-
-def _sessions(fault: FaultServer) -> _Sessions:
-    """The sessions of this server (kept as long as it is)."""
-    with _ALL_LOCK:
-        return _ALL.setdefault(fault, _Sessions())
 
 
 def mcp_route(target: str) -> bool:
@@ -130,7 +121,7 @@ def mcp_record(
     attempts: a ``tools/call`` of a known session counts, ``stream`` says whether it is
     answered as a stream (None for the other requests)."""
     request = heard(handler, body, arrived)
-    if not (_is_call(request) and _sessions(fault).known(request.headers.get(_SESSION))):
+    if not (_is_call(request) and fault._mcp_sessions.known(request.headers.get(_SESSION))):
         return fault._counted(request, False)
     scenario = fault.scenario  # before the lock, which the property takes
     return fault._counted(
@@ -151,7 +142,7 @@ def _result(request: RecordedRequest, result: dict[str, Any]) -> dict[str, Any]:
 def mcp_answer(fault: FaultServer, request: RecordedRequest) -> Answer | None:
     """The answer to an MCP request that is no attempt (see the module docstring): its
     status, JSON payload (None: no body) and headers; None: open the session's channel."""
-    message, sessions = _message(request), _sessions(fault)
+    message, sessions = _message(request), fault._mcp_sessions
     if request.method == "POST" and not isinstance(request.json, dict):
         return 400, mcp_error(None, -32700, "Parse error"), {}
     if request.method == "POST" and message.get("method") == "initialize":

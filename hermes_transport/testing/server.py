@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from .background import is_resume
 from .gemini import gemini_route
 from .handler import Handler
+from .mcp import McpSessions
 from .messages import MESSAGES_PATH
 from .recording import heard
 from .responses import RESPONSES_PATH
@@ -84,6 +85,7 @@ class FaultServer:
         self._sent_lock = threading.Lock()  # its own: taken on every write
         self._sent: collections.deque[Sending] = collections.deque(maxlen=SENT_LIMIT)
         self._attempts = 0
+        self._mcp_sessions = McpSessions()
         self._connections_opened = 0
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []

@@ -34,8 +34,8 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import framework
-from _support import assert_prompt, interrupt_when
+from _frameworks_support import framework, interrupt_at
+from _support import assert_prompt
 
 langchain_google_genai = framework("langchain_google_genai")
 
@@ -171,10 +171,7 @@ def test_lc_gemini_an_interrupt_from_another_thread_raises_stream_interrupted(
     server.scenario = _HELD if stage == "mid_stream" else Scenario.silent_before_headers()
     stop = Interrupt()
     chunks: list[str] = []
-    when = interrupt_when(
-        stop,
-        lambda: "hello" in "".join(chunks) or (stage == "headers" and bool(server.requests)),
-    )
+    when = interrupt_at(stop, stage, server, chunks)
     with _chat(server, interrupt=stop) as llm, pytest.raises(StreamInterrupted) as info:
         _text(llm, mode, chunks)
     assert_prompt(when, info.value, stage)

@@ -40,8 +40,8 @@ from hermes_transport import (
 )
 from hermes_transport.testing import FaultServer, Scenario
 
-from _frameworks_support import LOOPBACK, framework, litellm_offline
-from _support import assert_prompt, interrupt_when
+from _frameworks_support import LOOPBACK, framework, interrupt_at, litellm_offline
+from _support import assert_prompt
 
 # Read at import: else litellm fetches its model cost map from GitHub as it loads.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -176,10 +176,7 @@ def test_ll_gemini_an_interrupt_raises_mid_stream_fallback_error_over_ours(
     server.scenario = _HELD if stage == "mid_stream" else Scenario.silent_before_headers()
     stop = Interrupt()
     chunks: list[str] = []
-    when = interrupt_when(
-        stop,
-        lambda: "hello" in "".join(chunks) or (stage == "headers" and bool(server.requests)),
-    )
+    when = interrupt_at(stop, stage, server, chunks)
     with stop.bind(), pytest.raises(MidStreamFallbackError) as info:
         _text(server, mode, chunks)
     assert info.value.__cause__ is None
