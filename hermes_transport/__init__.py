@@ -29,6 +29,7 @@ from ._core.call_budgets import CallBudgets
 from ._core.contexts import should_stream_inline
 from ._core.errors import StreamInterrupted, StreamStalled, stream_error
 from ._core.interrupt import Interrupt
+from ._core.mcp import McpStats
 from ._core.policy import StreamPolicy
 from ._core.stats import StreamStats
 from ._flavors.httpx import (
@@ -57,6 +58,7 @@ __all__ = [
     "CallBudgets",
     "DefaultSeconds",
     "Interrupt",
+    "McpStats",
     "ModelBudget",
     "OpenTelemetryMetrics",
     "StreamInterrupted",

@@ -560,3 +560,13 @@ def run_bounded(main: Callable[[], Awaitable[_Result]], bound: float = 20.0) -> 
             return await main()
 
     return asyncio.run(bounded())
+
+
+def rpc(method: str | None, id_: object = 1, **fields: Any) -> dict[str, Any]:
+    """A JSON-RPC 2.0 message: a request (``id_`` given), or a notification (``id_`` None)."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", **fields}
+    if method is not None:
+        message["method"] = method
+    if id_ is not None:
+        message["id"] = id_
+    return message

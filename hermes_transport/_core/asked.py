@@ -3,7 +3,8 @@
 ``asked`` reads it once per ``handle_request``, for the exchange: the wire from the
 path (or, for MCP, from the body and headers), whether a stream is asked for, the
 body's JSON parsed once and only if the request may stream, and the budgets the
-policy gives such a call. Pure: the request's body is bytes in memory (or unread).
+policy gives such a call; and ``resumable_of``, how its stream can be resumed. Pure: the
+request's body is bytes in memory (or unread).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import httpx
 from .budgets import model_of
 from .call_budgets import CallBudgets
 from .mcp import McpCall, mcp_call
+from .mcp_resume import McpResumable
 from .policy import StreamPolicy
 from .progress import stream_asked
+from .resume import Resumable, resumable_for
 from .wire_paths import Wire, gemini_call, wire_of
 
-__all__ = ["CHANNEL_BUDGETS", "asked"]
+__all__ = ["CHANNEL_BUDGETS", "asked", "resumable_of"]
 
 #: The budgets of MCP's GET channel, on which a server speaks only when it has something
 #: to say: never cut for silence (interrupts and closes still reach it).
@@ -54,3 +57,18 @@ def asked(
     model = gemini[0] if gemini is not None else model_of(payload)
     budgets = policy.budgets_for(model, None if body is None else len(body))
     return wire, True, payload, budgets, None
+
+
+def resumable_of(
+    request: httpx.Request,
+    wire: Wire,
+    payload: dict[str, Any] | None,
+    mcp: McpCall | None,
+    http: Any,
+) -> Resumable | McpResumable | None:
+    """How the stream a request asks for can be resumed, if it can be: an MCP request's
+    (not the server's channel, which the SDK reconnects itself), or a background Responses
+    one (``resume.resumable_for``)."""
+    if mcp is not None:
+        return None if mcp.channel else McpResumable(request, mcp, http)
+    return resumable_for(request, wire, payload, http)

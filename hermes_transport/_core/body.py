@@ -1,13 +1,12 @@
 """One response body's watch: the per-stream state and the per-chunk step.
 
-``BodyWatch`` is what the sync and async watched streams build on: holding
-the bytes before the first event, the stale deadline after it, the drain
-after ``[DONE]``, the error a killed body raises, and how the stream ended for
-its statistics (``_report``, into the exchange's ``StreamRecord``);
-``resuming`` adds what a resumable stream decides. The hot path is ``_saw``:
-one attribute read and one scan per chunk, and on progress a clock read, one
-attribute write and the gap's summary. No I/O here: the streams in
-``_transports`` read and send.
+``BodyWatch`` is what the sync and async watched streams build on: holding the bytes
+before the first event, the stale deadline after it, the drain after ``[DONE]``, the
+error a killed body raises, and how the stream ended for its statistics (``_report``,
+into the exchange's ``StreamRecord``); ``resuming`` adds what a resumable stream
+decides, ``mcp_watch`` what an MCP request's does. The hot path is ``_saw``: one
+attribute read and one scan per chunk, and on progress a clock read, one attribute
+write and the gap's summary. No I/O here: the streams in ``_transports`` read and send.
 """
 
 from __future__ import annotations
@@ -21,8 +20,9 @@ from .attempt import Arm, Attempt, ErrorResend, GuardFired, mapped_error
 from .clock import monotonic
 from .errors import StreamInterrupted, StreamStalled
 from .guard import Guard
+from .mcp_resume import AnyResumable
 from .progress import ProgressMeter
-from .resume import Resumable, WholeEvents
+from .resume import WholeEvents
 from .stats import Outcome, ending_of
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class BodyWatch:
         self._drained_size = 0  # read after [DONE] when the caller closed early
         self._broken: Exception | None = None  # see _broke_early
         # Tracked: it can be resumed (only whole events are then passed up) and cancelled.
-        self._resumable: Resumable | None = (
+        self._resumable: AnyResumable | None = (
             exchange.resumable if meter is not None and meter.tracks else None
         )
         # A compressed body cannot be spliced (a resumed one is compressed afresh).

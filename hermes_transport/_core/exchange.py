@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from .asked import asked
+from .asked import asked, resumable_of
 from .attempt import (
     NOT_RESUMABLE,
     Arm,
@@ -34,9 +34,12 @@ from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_be
 from .flavor import Flavor
 from .guard import Guard
 from .interrupt import Interrupt
+from .mcp import answer_id, mcp_stats
+from .mcp_asks import WaitingAsks
+from .mcp_resume import McpResumable
 from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream
-from .resume import Resumable, resumable_for
+from .resume import Resumable
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
 from .wires import ErrorEvent
 
@@ -66,6 +69,8 @@ class Exchange:
         "_request",
         "_tokens",
         "_wire",
+        "answers",
+        "asks",
         "attempt",
         "backoff",
         "budgets",
@@ -73,6 +78,7 @@ class Exchange:
         "in_band",
         "record",
         "resumable",
+        "session",
         "streaming",
     )
 
@@ -86,6 +92,7 @@ class Exchange:
         on_stats: StatsCallback | None = None,
         *,
         in_band: bool = False,
+        asks: WaitingAsks | None = None,
     ) -> None:
         self._request = request
         self._flavor = flavor
@@ -100,6 +107,12 @@ class Exchange:
         #: The MCP request whose stall or interrupt is answered in band (``in_band``: as a
         #: JSON-RPC error in the server's place), if it is one; else such errors are raised.
         self.in_band = mcp if in_band and mcp is not None and not mcp.channel else None
+        #: MCP: the asks this transport's streams wait on; the id of the server's request
+        #: this POST answers (the shell says when it is sent), and the session it is on.
+        self.asks = asks
+        self.answers = answer_id(request.method, payload) if mcp is None else None
+        related = mcp is not None or self.answers is not None
+        self.session = request.headers.get("mcp-session-id", "") if related else ""
         #: The budgets this call got (the policy's, fitted to the request by its rules).
         self.budgets: CallBudgets = budgets
         self._budget = self.budgets.first_event if streaming else None
@@ -108,12 +121,13 @@ class Exchange:
         #: Whether the request asks for a stream (its statistics are then reported).
         self.streaming = streaming
         #: The draft of the stream's statistics, for the body to add to and end.
-        self.record = StreamRecord(request, self._wire, self.budgets, on_stats)
+        mcp_drafted = mcp_stats(mcp, self.session)
+        self.record = StreamRecord(request, self._wire, self.budgets, on_stats, mcp_drafted)
         self._event_stream = False  # a response was an event stream (reported as a stream)
         self._meter: ProgressMeter | None = None  # the latest attempt's, once it is answered
         #: How to resume the stream, if it can be (a background Responses one).
-        self.resumable: Resumable | None = (
-            resumable_for(request, self._wire, payload, flavor.http) if streaming else None
+        self.resumable: Resumable | McpResumable | None = (
+            resumable_of(request, self._wire, payload, mcp, flavor.http) if streaming else None
         )
         self._hint = (
             NOT_RESUMABLE if streaming and self._wire == "responses" and not self.resumable else ""
@@ -196,9 +210,7 @@ class Exchange:
         """The logical call this request belongs to (``None``: not a watched stream)."""
         return self._call
 
-    @property
-    def policy(self) -> StreamPolicy:
-        return self._policy
+    policy = property(lambda self: self._policy, doc="The policy of this transport.")
 
     def begin_resume(
         self, request: httpx.Request, budget: float | None, arm: Arm, sockets_reachable: bool

@@ -33,11 +33,16 @@ __all__ = [
     "SAFE_METHODS",
     "SERVER_REQUESTS",
     "McpCall",
+    "McpStats",
+    "answer_id",
     "answered_for",
     "error_event",
     "keep_answered",
     "mcp_call",
     "mcp_class",
+    "mcp_stats",
+    "message_method",
+    "server_request_id",
 ]
 
 #: The methods that change nothing on the server: a stall before their first event may be
@@ -114,15 +119,102 @@ def mcp_call(
     return McpCall(method, request_id, tool)
 
 
+@dataclass(frozen=True)
+class McpStats:
+    """What one MCP request was and what its stream carried (``StreamStats.mcp``).
+
+    ``method``: the JSON-RPC method (``None``: the server's GET channel); ``tool``: the
+    tool a ``tools/call`` named; ``request_id``: its id; ``session``: the session's id
+    cut to its first ``SESSION_SHOWN`` characters and an ellipsis (never kept in full: a
+    server may take it for a credential); ``progress``, ``logs`` and ``asks``: the
+    progress notifications, logging notifications and requests of the server's (an
+    elicitation, a sampling, the roots) its stream carried (0 for a compressed one, which
+    is not read message by message).
+    """
+
+    method: str | None
+    tool: str | None
+    request_id: str | int | None
+    session: str | None
+    progress: int = 0
+    logs: int = 0
+    asks: int = 0
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """Its OpenTelemetry attributes, as the MCP semantic conventions name them:
+        ``mcp.method.name``, ``gen_ai.tool.name``, ``jsonrpc.request.id`` and
+        ``mcp.session.id`` (cut), where known."""
+        named = {
+            "mcp.method.name": self.method,
+            "gen_ai.tool.name": self.tool,
+            "jsonrpc.request.id": None if self.request_id is None else str(self.request_id),
+            "mcp.session.id": self.session,
+        }
+        return {key: value for key, value in named.items() if value is not None}
+
+
+#: Characters of a session's id kept in ``McpStats.session``.
+SESSION_SHOWN = 8
+
+
+def mcp_stats(call: McpCall | None, session: str) -> McpStats | None:
+    """The statistics of ``call`` (``None``: no MCP call) on ``session`` ("" : none), before
+    its stream is read."""
+    if call is None:
+        return None
+    shown = session[:SESSION_SHOWN] + "…" if len(session) > SESSION_SHOWN else session or None
+    return McpStats(call.method, call.tool, call.id, shown)
+
+
+def message_method(data: bytes) -> str | None:
+    """The method of the JSON-RPC message one event's data carries, if it names one."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    method = message.get("method") if isinstance(message, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def answer_id(http_method: str, payload: Mapping[str, Any] | None) -> str | int | None:
+    """The id of the server's request that a client's ``POST`` answers, if it answers one:
+    its JSON body (``payload``) is a JSON-RPC 2.0 response (an ``id``, a ``result`` or an
+    ``error``, no ``method``)."""
+    if http_method != "POST" or payload is None or payload.get("jsonrpc") != "2.0":
+        return None
+    if "method" in payload or not ("result" in payload or "error" in payload):
+        return None
+    return _plain_id(payload.get("id"))
+
+
+def server_request_id(data: bytes) -> str | int | None:
+    """The id of the request of the server's (``SERVER_REQUESTS``) that one event's data
+    carries (``mcp_class`` said ``preamble``)."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    return _plain_id(message.get("id")) if isinstance(message, dict) else None
+
+
+def _plain_id(value: object) -> str | int | None:
+    """A JSON-RPC id (a string or an integer, never a bool), else ``None``."""
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+
+
 def mcp_class(data: bytes) -> Literal["output", "preamble", "heartbeat", "end"]:
     """The class of one event's data on the ``mcp`` wire (one JSON-RPC message).
 
     A response (an ``id`` with a ``result`` or an ``error``) ends the request's stream;
-    the server's ``ping`` is a heartbeat; a request of the server's to the client
-    (``SERVER_REQUESTS``) is no progress: the stream then waits for the client; any
-    other message (a progress or logging notification) is output. Data that is not one
+    the server's ``ping`` is a heartbeat, and so is an event of empty data (a priming
+    event, which only gives the client an id to resume from); a request of the server's
+    to the client (``SERVER_REQUESTS``) is no progress: the stream then waits for the
+    client; any other message (a progress or logging notification) is output. Data that is not one
     JSON-RPC message (cut short, or not JSON) is output: it may carry anything.
     """
+    if not data:
+        return "heartbeat"  # a server's priming event: an id to resume from, no message
     try:
         message = json.loads(data)
     except ValueError:

@@ -83,8 +83,8 @@ class ProgressMeter:
         self._scanner = SSEScanner(heartbeat_events, wire, track=track)
         # The scanner's own feed while the body is scanned as it comes (``identity``).
         self._scan: Callable[[bytes], int] | None = self._scanner.feed
-        #: Whether the response id, event numbers and end are tracked (see the scanner).
-        self.tracks = track and wire == "responses"
+        #: Whether the stream's ids, numbers and end are tracked (see the scanner).
+        self.tracks = track and wire in ("responses", "mcp")
         self._decoders: list[Decoder] = []
         # True when progress cannot be judged: every chunk then counts.
         self.blind = False

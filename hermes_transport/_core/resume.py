@@ -17,12 +17,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import httpx
 
 from .wires import Wire
+
+if TYPE_CHECKING:
+    from .progress import ProgressMeter
 
 __all__ = [
     "CANCEL_TIMEOUT",
@@ -109,6 +112,29 @@ class Resumable:
     response_id: str | None
     after: int
     http: Any  # the flavor's httpx-like module, whose Request is built
+
+    def resume_from(self, meter: ProgressMeter) -> tuple[httpx.Request, str] | str:
+        """The resume after the last event ``meter`` saw, and where it resumes (for the
+        log); or why it cannot be, as an error's note says it."""
+        response_id = meter.response_id or self.response_id
+        after = max(meter.sequence, self.after)
+        if response_id is None or after < 0:
+            missing = "named its response" if response_id is None else "numbered an event"
+            return f"; not resumed: the stream had not yet {missing}"
+        return self.resume_request(
+            response_id, after
+        ), f"response {response_id} after event {after}"
+
+    def cancels_given_up(self, handed: bool) -> bool:
+        """Whether a stall given up cancels the response: a creation the caller had none of
+        (``handed``: it had the stream); nobody else knows its id. Never the caller's own
+        resume: it knows the id."""
+        return self.response_id is None and not handed
+
+    def cancel_from(self, meter: ProgressMeter | None, reason: str) -> httpx.Request | None:
+        """The cancel of the response ``meter`` named (``reason`` is not sent)."""
+        response_id = (meter.response_id if meter is not None else None) or self.response_id
+        return None if response_id is None else self.cancel_request(response_id)
 
     def resume_request(self, response_id: str, after: int) -> httpx.Request:
         """``GET .../responses/{id}?stream=true&starting_after={after}`` with the

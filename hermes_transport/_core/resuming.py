@@ -22,8 +22,9 @@ import httpx
 from .attempt import Attempt, GuardFired, ResumeFailed
 from .body import BodyWatch
 from .calls import backoff_before
-from .errors import StreamStalled, in_band_answer
+from .errors import StreamStalled
 from .guard import Guard
+from .mcp_resume import McpResumable
 from .progress import ProgressMeter, is_event_stream
 from .resume import (
     RETRY_AFTER_LIMIT,
@@ -45,13 +46,6 @@ logger = logging.getLogger("hermes_transport")
 
 class ResumingWatch(BodyWatch):
     """A body watch that can also resume its stream (when it is resumable)."""
-
-    def _in_band(self, error: BaseException) -> bytes | None:
-        """What to pass up in the server's place when ``error`` ends an MCP request
-        answered in band (``errors.in_band_answer``), after a blank line that ends whatever
-        event was pending; ``None``: raise ``error``."""
-        event = in_band_answer(self._exchange.in_band, error)
-        return None if event is None else b"\n\n" + event
 
     def _pass(self, chunk: bytes) -> bytes:
         """The per-chunk step of a resumable stream: what of ``chunk`` to pass up (whole
@@ -81,11 +75,9 @@ class ResumingWatch(BodyWatch):
             return None
         if guard.fired not in (None, "stalled") or self._cut_after_done():
             return None  # interrupted, or closed by the caller: not a failure of the server
-        response_id = meter.response_id or resumable.response_id
-        after = max(meter.sequence, resumable.after)
-        if response_id is None or after < 0:
-            missing = "named its response" if response_id is None else "numbered an event"
-            self._note = f"; not resumed: the stream had not yet {missing}"
+        found = resumable.resume_from(meter)
+        if isinstance(found, str):
+            self._note = found
             return None
         if whole.mid_event:
             self._note = f"; not resumed: an event longer than {TAIL_LIMIT} bytes was cut"
@@ -98,16 +90,15 @@ class ResumingWatch(BodyWatch):
         whole.drop()
         attempt = self._attempt
         logger.warning(
-            "%s %s: the stream %s; resuming response %s after event %d (%d resume(s) left)",
+            "%s %s: the stream %s; resuming %s (%d resume(s) left)",
             attempt.request.method,
             attempt.url,
             "stalled" if guard.fired == "stalled" else "broke off",
-            response_id,
-            after,
+            found[1],
             call.resumes_left,
         )
         self._note = ""
-        return resumable.resume_request(response_id, after)
+        return found[0]
 
     def _resume_budget(self) -> float | None:
         """The budget a resumed stream gets: the first event's until the first output, then
@@ -180,12 +171,6 @@ class ResumingWatch(BodyWatch):
             refused.error if refused is not None else cause
         )
 
-    def _raising(self, outcome: tuple[BaseException, BaseException | None]) -> None:
-        """Log a stall about to reach the caller (the exchange logs one it takes)."""
-        error, attempt = outcome[0], self._attempt
-        if isinstance(error, StreamStalled):
-            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
-
     def _held_failed(self, failure: BaseException | None, outcome: Consequence) -> None:
         """Before the first output, the stream could not be resumed: raise what the
         exchange takes (a stall is then re-sent as any stall before the first output; an
@@ -210,14 +195,10 @@ class ResumingWatch(BodyWatch):
 
     def _cancel_request(self) -> httpx.Request | None:
         """At close: the cancel to send (once), if any. For an interrupted resumable
-        stream (unless ``cancel_on_interrupt=False``), and for a creation given up before
-        the caller had any of it, a stall's victim re-sent or failed: nobody else knows
-        its id, and it would run on unread (unless the server said it knows no such id)."""
+        stream (unless ``cancel_on_interrupt=False``), and for one given up after a stall
+        or a refused resume that would run on unread (``_abandoned``)."""
         resumable, meter, guard = self._resumable, self._meter, self._guard
         if self._cancelled or resumable is None or meter is None or meter.finished:
-            return None
-        response_id = meter.response_id or resumable.response_id
-        if response_id is None:
             return None
         if guard.fired == "interrupted":
             wanted = self._exchange.policy.cancel_on_interrupt
@@ -225,15 +206,17 @@ class ResumingWatch(BodyWatch):
             wanted = self._abandoned(resumable, meter)
         if not wanted:
             return None
-        self._cancelled = True
-        return resumable.cancel_request(response_id)
+        request = resumable.cancel_from(meter, guard.reason or f"the stream {guard.fired}")
+        self._cancelled = request is not None
+        return request
 
-    def _abandoned(self, resumable: Resumable, meter: ProgressMeter) -> bool:
-        """Whether this creation was given up unread: it stalled, or a resume of it was
-        refused (not for want of such a response, a 404), before the caller had any of it
-        or any error event came. Never the caller's own resume: it knows the id."""
+    def _abandoned(self, resumable: Resumable | McpResumable, meter: ProgressMeter) -> bool:
+        """Whether this stream was given up with its work still running: it stalled, or a
+        resume of it was refused (not for want of such a stream, a 404), and the resumable
+        says a stall given up cancels it (``cancels_given_up``); never once an error event
+        came (the server ended it)."""
         refused = self._refused_status
-        if resumable.response_id is not None or self._handed or meter.error is not None:
+        if meter.error is not None or not resumable.cancels_given_up(self._handed):
             return False
         return refused != 404 and (self._guard.fired == "stalled" or refused is not None)
 

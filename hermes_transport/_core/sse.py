@@ -47,7 +47,9 @@ class SSEScanner(EventParser):
     error event before any progress. ``track`` (Responses): ``response_id``
     (named by the first lifecycle event), ``sequence`` (of the last completed
     event that had one, heartbeats included; -1 before any), and ``finished``
-    (an end or error event completed, even one followed by events in its read).
+    (an end or error event completed, even one followed by events in its read);
+    ``track`` (Responses and MCP): ``last_id`` (the last ``id`` field); on MCP ``asks``
+    (the ids of the server's own requests, in order) and ``finished`` (the response came).
     """
 
     __slots__ = ()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from .mcp import message_method, server_request_id
 from .wires import ErrorEvent, Wire, classify, leading_type, response_id, sequence_number
 
 __all__ = ["CAPTURE_LIMIT", "MAX_EVENT_TYPE", "EventParser"]
@@ -43,6 +44,8 @@ _PREFIX = MAX_EVENT_TYPE + 8
 CAPTURE_LIMIT = 64 * 1024
 # The type of an event without an ``event`` field (or with an empty one).
 _MESSAGE = b"message"
+#: Bytes of an event id kept for a resume's ``Last-Event-ID``: a longer id is none.
+ID_LIMIT = 1024
 
 
 class EventParser:
@@ -72,6 +75,7 @@ class EventParser:
         "_skims",
         "_track",
         "_wire",
+        "asks",
         "comment_bytes",
         "counted",
         "done",
@@ -80,7 +84,10 @@ class EventParser:
         "fed",
         "finished",
         "heartbeats",
+        "last_id",
+        "logs",
         "others",
+        "progress_notes",
         "response_id",
         "sequence",
     )
@@ -112,10 +119,15 @@ class EventParser:
         self.done = False  # see the end rule above
         self._end = False  # the last complete event read was an end (see ``feed``)
         self.error: ErrorEvent | None = None
-        self._track = track and wire == "responses"
+        self._track = track and wire in ("responses", "mcp")
         self.response_id: str | None = None
         self.sequence = -1
         self.finished = False
+        #: Tracked: the last event id the stream gave (``None``: none, or one too long).
+        self.last_id: bytes | None = None
+        #: Tracked MCP: the ids of the requests of the server's that came, in order.
+        self.asks: list[str | int | None] | None = [] if self._track and wire == "mcp" else None
+        self.progress_notes = self.logs = 0  # tracked MCP: its notifications of each kind
         self._line = b""  # its unterminated line's first _cap bytes: all a decision needs
         self._line_size = 0  # the whole unterminated line's, beyond what _line keeps
         self._cr_pending = False  # the last chunk ended in CR: a leading LF is its partner
@@ -194,6 +206,10 @@ class EventParser:
             self._event_type = value[: MAX_EVENT_TYPE + 1]
         elif line[:1] == b":":
             self.comment_bytes += size
+        elif self._track and line[:2] == b"id" and (len(line) == 2 or line[2:3] == b":"):
+            value = line[4:] if line[3:4] == b" " else line[3:]
+            if b"\0" not in value:  # such an id is ignored, as the WHATWG rules say
+                self.last_id = value if len(value) <= ID_LIMIT else None
 
     def _event_ended(self) -> None:
         """An event with data completed: count it if it is progress."""
@@ -238,7 +254,17 @@ class EventParser:
                 self._plain = _MESSAGE not in self._heartbeats
 
     def _tracked(self, data: bytes, kind: object) -> None:
-        """Note a completed Responses event's number, its response's id, and an end."""
+        """Note a completed Responses event's number, its response's id, and an end; on MCP,
+        a request of the server's (its id) and the response."""
+        if self.asks is not None:
+            if kind == "preamble":  # only a request of the server's, on this wire
+                self.asks.append(server_request_id(data))
+            elif kind == "output":
+                method = message_method(data)
+                self.progress_notes += method == "notifications/progress"
+                self.logs += method == "notifications/message"
+            self.finished = self.finished or kind == "end"
+            return
         number = sequence_number(data)
         if number is not None:
             self.sequence = number

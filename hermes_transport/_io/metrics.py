@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenTelemetryMetrics"]
 
+# The MCP attributes a metric record carries (see ``OpenTelemetryMetrics``).
+_MCP_KEPT = frozenset({"mcp.method.name", "gen_ai.tool.name"})
+
 # hermes_transport.__version__: a layer module may not import the package's face
 # (tests/test_layers.py); tests/io/test_otel_metrics.py checks the two agree.
 _SCOPE, _SCOPE_VERSION = "hermes_transport", "0.1.0"
@@ -66,7 +69,10 @@ class OpenTelemetryMetrics:
       per stream).
 
     Every record has the attributes ``gen_ai.operation.name`` (``"chat"``, on
-    the Chat Completions, Responses, Messages and Gemini wires),
+    the Chat Completions, Responses, Messages and Gemini wires; ``"execute_tool"`` for
+    an MCP ``tools/call``), on MCP ``mcp.method.name`` and ``gen_ai.tool.name`` (not
+    ``mcp.session.id``: one series per session; ``StreamStats.mcp.attributes`` has it,
+    cut, for spans),
     ``gen_ai.provider.name`` (on Gemini: ``gcp.vertex_ai`` for a Vertex AI path,
     else ``gcp.gemini``), ``gen_ai.request.model`` (when the request named one,
     in its body or, on Gemini, its path), ``server.address``,
@@ -149,7 +155,12 @@ class OpenTelemetryMetrics:
             "hermes.stream.wire": stats.wire,
             "hermes.stream.outcome": stats.outcome,
         }
-        if stats.wire != "generic":  # an LLM wire; any other event stream may not be one
+        mcp = stats.mcp
+        if mcp is not None:  # per session values would make a series per session: not kept
+            attributes.update({k: v for k, v in mcp.attributes.items() if k in _MCP_KEPT})
+            if mcp.method == "tools/call":
+                attributes["gen_ai.operation.name"] = "execute_tool"
+        elif stats.wire not in ("generic", "mcp"):  # an LLM wire; any other may not be one
             attributes["gen_ai.operation.name"] = "chat"
         if stats.wire == "gemini":
             attributes["gen_ai.provider.name"] = gemini_provider(urlsplit(stats.url).path)

@@ -2,7 +2,7 @@
 
 The async twin of ``sync_body``: the reads of one response body (and of the
 resumes that continue it, and the cancel sent after an interrupt) on the
-caller's event loop, the decisions ``ResumingWatch``'s (``_core``); requests
+caller's event loop, the decisions ``McpWatch``'s (``_core``); requests
 go out through the shell's ``async_send.sent``.
 """
 
@@ -17,9 +17,9 @@ import anyio
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.exchange import Exchange
 from .._core.guard import Guard
+from .._core.mcp_watch import McpWatch
 from .._core.progress import ProgressMeter
 from .._core.resume import REFUSAL_LIMIT, ResumeRefused
-from .._core.resuming import ResumingWatch
 from .._io.backend import Tracked
 from .._io.loop_watchdog import LoopWatchdog
 from .async_send import AsyncSend, Detached, apause, cancel_response
@@ -31,7 +31,7 @@ __all__ = ["READ_AFTER_KILL_LIMIT", "AsyncWatchedStream"]
 READ_AFTER_KILL_LIMIT = 1024 * 1024
 
 
-class AsyncWatchedStream(ResumingWatch):
+class AsyncWatchedStream(McpWatch):
     """The response body, passed up byte for byte while its progress is watched.
 
     On a resumable stream, passed up event by event, and continued from a
@@ -155,11 +155,10 @@ class AsyncWatchedStream(ResumingWatch):
                 cause = shown_cause(exc)
             else:
                 return
-            if (answer := self._in_band(error)) is not None:
+            if (answer := self._in_band(error, cause)) is not None:
                 yield answer  # in band: the client fails this request alone
                 return
-            # Raised here: the dead attempt's exception is never its context (cause: ours).
-            raise error from cause
+            raise error from cause  # here: never the dead attempt's exception as context
         finally:
             if self._released:  # closed in here, its error built: see _forget
                 self._forget()
@@ -190,9 +189,10 @@ class AsyncWatchedStream(ResumingWatch):
             await self._aclose()
             if outcome is False:
                 break
-            self._raising(outcome)
-            error, cause = outcome
-            raise error from cause
+            if (answer := self._answer_for(outcome)) is not None:
+                yield answer  # in band: the client fails this request alone
+                return
+            raise outcome[0] from outcome[1]
         rest = self._rest()
         if rest:
             yield rest

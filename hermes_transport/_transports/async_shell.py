@@ -15,11 +15,13 @@ The public classes (``_flavors``) only name their HTTP library.
 
 from __future__ import annotations
 
+from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.body import rebuilt
+from .._core.errors import StreamInterrupted
 from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
@@ -30,7 +32,7 @@ from .._io.async_backend import AsyncTrackingBackend
 from .._io.backend import Tracked, reach_untracked
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 from .async_body import AsyncWatchedStream
-from .async_send import Cancellable, Detached, apause, sent
+from .async_send import AsyncSend, Cancellable, Detached, apause, cancel_response, sent
 from .shell import Shell
 
 __all__ = ["AsyncShell"]
@@ -76,6 +78,17 @@ class AsyncShell(Shell[_AsyncInner]):
 
     async def _handle(self, request: Any) -> Any:
         exchange = self._exchange(request)
+        try:
+            return await self._attempts(request, exchange)
+        except StreamInterrupted as error:  # before sending: answered in band too, if so
+            answer = self._answered(request, exchange, error)
+            if answer is None:
+                raise
+            return answer
+        finally:
+            self._answer_sent(exchange)
+
+    async def _attempts(self, request: Any, exchange: Exchange) -> Any:
         watcher = loop_watchdog()
         while True:
             guard, attempt = exchange.begin(watcher.arm, self._sockets_reachable)
@@ -94,6 +107,10 @@ class AsyncShell(Shell[_AsyncInner]):
                         await apause(exchange.backoff, exchange.tokens, watcher)
                     continue
                 exchange.gave_up(error)
+                cancel = self._unanswered_cancel(exchange)
+                if cancel is not None:  # on a task of its own: after the caller has its error
+                    work = partial(cancel_response, self._sender(watcher), watcher, cancel)
+                    await self._detached.start(watcher, work)
                 answer = self._answered(request, exchange, error)
                 if answer is not None:
                     return answer
@@ -136,13 +153,7 @@ class AsyncShell(Shell[_AsyncInner]):
                         meter,
                         exchange.budgets.stale,
                         exchange,
-                        lambda request, guard: sent(
-                            self._inner.handle_async_request,
-                            request,
-                            guard,
-                            watcher,
-                            untracked=not self._sockets_reachable,
-                        ),
+                        self._sender(watcher),
                         self._sockets_reachable,
                         watcher,
                         self._detached,
@@ -163,6 +174,11 @@ class AsyncShell(Shell[_AsyncInner]):
             current_guard.reset(context)
         assert stream is not None
         return rebuilt(response, stream)
+
+    def _sender(self, watcher: LoopWatchdog) -> AsyncSend:
+        """How this transport's streams send a request (a resume, a cancel) under a guard."""
+        inner, untracked = self._inner.handle_async_request, not self._sockets_reachable
+        return lambda request, guard: sent(inner, request, guard, watcher, untracked=untracked)
 
     async def aclose(self) -> None:
         try:

@@ -15,6 +15,8 @@ from .._core.errors import in_band_answer
 from .._core.exchange import Exchange
 from .._core.flavor import Flavor, library_of, runs_on
 from .._core.interrupt import Interrupt, bound_interrupts
+from .._core.mcp_asks import WaitingAsks
+from .._core.mcp_resume import McpResumable
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.backend import refuse_http2, track_sockets
@@ -112,15 +114,42 @@ class Shell(Generic[_Inner]):
         self._interrupt = interrupt
         self._on_stats = on_stats
         self._policy = policy if policy is not None else StreamPolicy.from_env()
+        self._asks = WaitingAsks()  # MCP: the streams waiting for their client's answer
 
     def _exchange(self, request: Any) -> Exchange:
         """The exchange of one ``handle_request``, under this transport's settings and the
         interrupts bound where it is called."""
         policy, interrupt, on_stats = self._policy, self._interrupt, self._on_stats
         bound = bound_interrupts()
+        in_band, asks = self._in_band, self._asks
         return Exchange(
-            request, self._flavor, policy, interrupt, bound, on_stats, in_band=self._in_band
+            request, self._flavor, policy, interrupt, bound, on_stats, in_band=in_band, asks=asks
         )
+
+    def _answer_sent(self, exchange: Exchange) -> None:
+        """After a request is over: if it was a client's answer to a request of an MCP
+        server's, the stream that waited for it has its budget again (sent or failed, the
+        server has all it will get)."""
+        if exchange.answers is not None:
+            self._asks.answered(exchange.session, exchange.answers)
+
+    def _unanswered_cancel(self, exchange: Exchange) -> Any:
+        """The ``notifications/cancelled`` for an MCP request given up before its response
+        came, once it may have reached the server: after an interrupt (unless
+        ``cancel_on_interrupt=False``), or a stall of a request with effects (nobody
+        else will cancel it: the client has an error for it). ``None``: nothing to send
+        (a stream given up later sends its own, once)."""
+        resumable, guard = exchange.resumable, exchange.guard
+        if not isinstance(resumable, McpResumable) or guard is None:
+            return None
+        if guard.fired_stage not in ("sending", "headers", "first_event"):
+            return None  # not sent yet
+        if guard.fired == "interrupted":
+            wanted = exchange.policy.cancel_on_interrupt
+        else:
+            wanted = guard.fired == "stalled" and resumable.cancels_given_up(False)
+        reason = guard.reason or f"the stream {guard.fired}"
+        return resumable.cancel_from(None, reason) if wanted else None
 
     def _answered(self, request: Any, exchange: Exchange, error: BaseException) -> Any:
         """The response written in the server's place for a stalled or interrupted MCP

@@ -2,7 +2,7 @@
 
 Owns the sync reads of one response body (and of the resumes that continue
 it, and the cancel sent after an interrupt), on the caller's thread; the
-decisions are ``ResumingWatch``'s (``_core``). The shell (``sync_shell``) builds it
+decisions are ``McpWatch``'s (``_core``). The shell (``sync_shell``) builds it
 and hands it the one way it sends a request (``send``). Also ``pause``, how a
 caller's thread waits before sending again (a re-send, a resume after a refusal).
 
@@ -17,28 +17,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
-from .._core.clock import monotonic
 from .._core.exchange import Exchange
 from .._core.guard import Guard
-from .._core.interrupt import Interrupt
+from .._core.mcp_watch import McpWatch
 from .._core.progress import ProgressMeter
-from .._core.resume import CANCEL_TIMEOUT, REFUSAL_LIMIT, ResumeRefused
-from .._core.resuming import ResumingWatch
+from .._core.resume import REFUSAL_LIMIT, ResumeRefused
 from .._io.watchdog import watchdog
+from .sync_send import Send, pause, send_cancel
 
-__all__ = ["Send", "WatchedStream", "pause"]
+__all__ = ["WatchedStream"]
 
 logger = logging.getLogger("hermes_transport")
 
-#: How a shell sends one request under a guard (its sockets reachable by it).
-Send = Callable[[Any, Guard], Any]
 
-
-class WatchedStream(ResumingWatch):
+class WatchedStream(McpWatch):
     """The response body, passed up byte for byte while its progress is watched.
 
     On a resumable stream, passed up event by event, and continued from a
@@ -136,11 +132,10 @@ class WatchedStream(ResumingWatch):
                 cause = shown_cause(exc)
             else:
                 return
-            if (answer := self._in_band(error)) is not None:
+            if (answer := self._in_band(error, cause)) is not None:
                 yield answer  # in band: the client fails this request alone
                 return
-            # Raised here: the dead attempt's exception is never its context (cause: ours).
-            raise error from cause
+            raise error from cause  # here: never the dead attempt's exception as context
         finally:
             if self._released:  # closed in here, its error built: see _forget
                 self._forget()
@@ -169,9 +164,10 @@ class WatchedStream(ResumingWatch):
             self._close()
             if outcome is False:
                 break
-            self._raising(outcome)
-            error, cause = outcome
-            raise error from cause
+            if (answer := self._answer_for(outcome)) is not None:
+                yield answer  # in band: the client fails this request alone
+                return
+            raise outcome[0] from outcome[1]
         rest = self._rest()
         if rest:
             yield rest
@@ -302,44 +298,14 @@ class WatchedStream(ResumingWatch):
                     return
 
     def _cancel(self) -> None:
-        """After an interrupt: cancel the response on the server, within ``CANCEL_TIMEOUT``
-        seconds; never raises (a cancel that fails is logged)."""
+        """After an interrupt: cancel the response on the server (``send_cancel``)."""
         request = self._cancel_request()
-        if request is None:
-            return
-        guard = Guard("connecting")
-        guard.deadline = monotonic() + CANCEL_TIMEOUT
-        watchdog.arm(guard)
-        try:
-            response = self._send(request, guard)
-            try:
-                response.read()
-            finally:
-                response.close()
-        except Exception as exc:
-            logger.warning("cancelling %s failed: %r", request.url.path, exc)
-        else:
-            logger.info("cancelled %s: %d", request.url.path, response.status_code)
-        finally:
-            guard.close()
+        if request is not None:
+            send_cancel(self._send, request)
 
 
 #: The chunks of a body that was let go of (``_forget``): none.
 _SPENT: Iterator[bytes] = iter(())
-
-
-def pause(
-    seconds: float, tokens: Sequence[Interrupt], woken: threading.Event | None = None
-) -> None:
-    """Wait ``seconds`` before a re-send or a resume, or until one of ``tokens`` fires (the
-    next attempt then fails at once, sending nothing) or ``woken`` is set."""
-    woken = woken if woken is not None else threading.Event()
-    removers = [token._add_listener(lambda _reason: woken.set()) for token in tokens]
-    try:
-        woken.wait(seconds)
-    finally:
-        for remove in removers:
-            remove()
 
 
 def _close_iterator(chunks: Iterator[bytes]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.body import rebuilt
+from .._core.errors import StreamInterrupted
 from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
@@ -23,7 +24,8 @@ from .._core.stats import StatsCallback
 from .._io.backend import TrackingBackend, reach_untracked
 from .._io.watchdog import watchdog
 from .shell import Shell
-from .sync_body import WatchedStream, pause
+from .sync_body import WatchedStream
+from .sync_send import pause, send_cancel
 
 __all__ = ["SyncShell"]
 
@@ -67,6 +69,17 @@ class SyncShell(Shell[_SyncInner]):
 
     def _handle(self, request: Any) -> Any:
         exchange = self._exchange(request)
+        try:
+            return self._attempts(request, exchange)
+        except StreamInterrupted as error:  # before sending: answered in band too, if so
+            answer = self._answered(request, exchange, error)
+            if answer is None:
+                raise
+            return answer
+        finally:
+            self._answer_sent(exchange)
+
+    def _attempts(self, request: Any, exchange: Exchange) -> Any:
         while True:
             guard, attempt = exchange.begin(watchdog.arm, self._sockets_reachable)
             watchdog.arm(guard)
@@ -82,6 +95,9 @@ class SyncShell(Shell[_SyncInner]):
                         pause(exchange.backoff, exchange.tokens)
                     continue
                 exchange.gave_up(error)
+                cancel = self._unanswered_cancel(exchange)
+                if cancel is not None:  # on this thread, the only one, before the error
+                    send_cancel(self._sent, cancel)
                 answer = self._answered(request, exchange, error)
                 if answer is not None:
                     return answer

@@ -6,7 +6,8 @@ the text; the watchdog resumes the response (``GET /v1/responses/{id}?stream=tru
 starting_after=N``, printed as the server saw it) and the caller reads the whole text.
 Last, where google-genai is installed (the ``gemini`` extra), a Gemini thinking stream
 that stays silent on its first attempt: the watchdog re-sends it after its budget, the
-plain client waits for its read timeout.
+plain client waits for its read timeout. And, where the mcp SDK is installed (the ``mcp``
+extra), a hung tool call cut and a stalled one resumed by its event ids (``demo_mcp``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.policy import StreamPolicy
 from .._sdk.clients import clients_for
 from ..testing import RESPONSES_PATH, FaultServer, Scenario
+from .demo_mcp import mcp_part
 
 __all__ = ["run_demo"]
 
@@ -255,10 +257,12 @@ def run_demo(out: TextIO) -> int:
         watched.close()
         plain.close()
     gemini = _gemini_part(out, policy)
+    mcp = mcp_part(out, BUDGET, HOLD)
     out.write(
         f"\n{len(CASES) - failures} of {len(CASES)} watchdog outcomes as expected,"
         f" the background stream {'resumed' if resumed else 'NOT resumed'}"
         + ("" if gemini else ", the Gemini stream NOT re-sent")
+        + ("" if mcp else ", the MCP tool calls NOT as expected")
         + f"; {time.monotonic() - demo_started:.1f} s in all.\n"
     )
-    return 1 if failures or not resumed or not gemini else 0
+    return 1 if failures or not resumed or not gemini or not mcp else 0

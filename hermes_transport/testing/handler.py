@@ -32,7 +32,7 @@ from .background import (
 )
 from .chat import chat_completion, chat_error, chat_stream
 from .gemini import gemini_completion, gemini_error, gemini_route, gemini_stream
-from .mcp import mcp_answer, mcp_channel, mcp_error, mcp_record, mcp_result, mcp_route, mcp_stream
+from .mcp import mcp_answer, mcp_attempt, mcp_channel, mcp_error, mcp_record, mcp_route
 from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
 from .responses import RESPONSES_PATH, responses_completion, responses_stream
 from .scenarios import RecordedRequest, Scenario
@@ -156,6 +156,12 @@ class Handler(BaseHTTPRequestHandler):
             failed = error(scenario.status, scenario.message)
             failed = mcp_error(request, -32603, scenario.message) if mcp else failed
             self._send_json(scenario.status, failed, scenario)
+        elif mcp:
+            answer = mcp_attempt(self.server.fault, scenario, request, streaming)
+            if isinstance(answer, tuple):
+                self._send_json(answer[0], answer[1], scenario, answer[2])
+            else:
+                self._stream(scenario, answer)
         elif resume:
             response_id = path.rsplit("/", 1)[-1]
             window = self.server.fault._resume_window
@@ -165,11 +171,6 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 after = starting_after(request.path)
                 self._stream(scenario, replay_stream(scenario, found, after))
-        elif mcp:
-            if streaming:
-                self._stream(scenario, mcp_stream(scenario, request))
-            else:
-                self._send_json(200, mcp_result(request, scenario), scenario)
         elif gemini is not None:
             if streaming:
                 self._stream(scenario, gemini_stream(scenario, request, n))

@@ -25,14 +25,21 @@ the joined pieces as one text content. ``think`` pauses before the first event; 
 keepalive is the ``: keepalive`` comment; ``error_event`` sends a JSON-RPC error (-32603,
 ``message``) for the request in place of the rest; a ``status`` other than 200 answers
 that JSON-RPC error as JSON with that status. With ``mcp_event_ids`` each event has an
-``id: {stream}-{index}`` line (the stream's id a new 32-hex-digit one per answer); with
+``id: {stream}-{index}`` line (the stream's id a new 32-hex-digit one per answer), and a
+``GET`` with ``Last-Event-ID: {stream}-{index}`` resumes that stream: an attempt too (under
+its own scenario's faults), the events after that one; an id of no stream the server kept
+(the latest 256), HTTP 404. With ``mcp_elicit`` the stream opens with an
+``elicitation/create`` request of the server's (one string field, ``answer``), then waits,
+at most ``hold`` seconds, for the client's answer (its ``POST``) before the rest. With
 ``mcp_json`` the answer is the response alone, as JSON (after ``json_delay``).
 
 The ``GET`` channel sends nothing (or the ``: keepalive`` comment every ``comment_interval``
 of the current scenario), then hangs up after its ``hold`` seconds, as a stall does.
 
-Not implemented yet: resuming a stream (a ``GET`` with ``Last-Event-ID`` answers 405),
-server-to-client requests (elicitation, sampling, roots), messages on the ``GET`` channel,
+Every ``notifications/cancelled`` is kept, in order (``FaultServer.mcp_cancelled``: the
+request ids it names).
+
+Not implemented yet: sampling and roots requests, messages on the ``GET`` channel,
 batches, the 2026 stateless envelope (``server/discover`` answers -32601).
 """
 
@@ -40,7 +47,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -56,13 +65,13 @@ __all__ = [
     "MCP_TOOL_NAME",
     "McpSessions",
     "mcp_answer",
+    "mcp_attempt",
     "mcp_channel",
     "mcp_error",
     "mcp_events",
     "mcp_record",
     "mcp_result",
     "mcp_route",
-    "mcp_stream",
 ]
 
 #: The name of the one tool ``tools/list`` lists (``tools/call`` answers any name).
@@ -75,16 +84,54 @@ _TOOL = {
 }
 _CAPABILITIES = {"tools": {"listChanged": False}, "logging": {}}
 _SESSION = "mcp-session-id"
+_STREAMS_KEPT = 256
 Answer = tuple[int, object, dict[str, str]]  # status, JSON payload (None: no body), headers
 
 
 class McpSessions:
-    """The MCP sessions one server opened with ``initialize`` and not ended yet (the
-    server holds them: ``FaultServer._mcp_sessions``)."""
+    """The MCP sessions one server opened with ``initialize`` and not ended yet, the streams
+    it can resume, the asks that wait for their answer and the cancels it heard (the server
+    holds them: ``FaultServer._mcp_sessions``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: set[str] = set()
+        self._streams: OrderedDict[str, tuple[list[bytes], bytes]] = OrderedDict()
+        self._asks: dict[tuple[str, object], threading.Event] = {}
+        self.cancelled: list[object] = []
+
+    def keep(self, stream: str, events: list[bytes], error: bytes) -> None:
+        """Keep a stream's events (and its in-stream error) for its resumes."""
+        with self._lock:
+            self._streams[stream] = (events, error)
+            if len(self._streams) > _STREAMS_KEPT:
+                self._streams.popitem(last=False)
+
+    def stream(self, stream: str) -> tuple[list[bytes], bytes] | None:
+        with self._lock:
+            return self._streams.get(stream)
+
+    def ask(self, session: str, ask: object) -> threading.Event:
+        """The event set when the client answers ``ask`` on ``session``."""
+        answered = threading.Event()
+        with self._lock:
+            self._asks[(session, ask)] = answered
+        return answered
+
+    def heard(self, session: str, message: dict[str, Any]) -> None:
+        """A notification or a client's answer came: an answer ends its ask's wait; a
+        cancel is kept."""
+        if message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            with self._lock:
+                self.cancelled.append(
+                    params.get("requestId") if isinstance(params, dict) else None
+                )
+        elif "method" not in message:
+            with self._lock:
+                answered = self._asks.pop((session, message.get("id")), None)
+            if answered is not None:
+                answered.set()
 
     def new(self) -> str:
         session = uuid.uuid4().hex
@@ -111,6 +158,9 @@ def _message(request: RecordedRequest) -> dict[str, Any]:
 
 
 def _is_call(request: RecordedRequest) -> bool:
+    """Whether ``request`` is a ``tools/call``, or a resume of its stream: an attempt."""
+    if request.method == "GET":
+        return "last-event-id" in request.headers
     return request.method == "POST" and _message(request).get("method") == "tools/call"
 
 
@@ -159,12 +209,13 @@ def mcp_answer(fault: FaultServer, request: RecordedRequest) -> Answer | None:
     if request.method == "DELETE":
         sessions.end(session)
         return 200, None, {}
-    if request.method == "GET" and "last-event-id" not in request.headers:
+    if request.method == "GET":
         return None
     if request.method != "POST":
         return 405, mcp_error(None, -32600, f"Method Not Allowed: {request.method}"), {}
     method = message.get("method")
     if not isinstance(method, str) or "id" not in message:  # a notification or a response
+        sessions.heard(session, message)
         return 202, None, {}
     if method == "ping":
         return 200, _result(request, {}), {}
@@ -193,10 +244,15 @@ def _event(message: dict[str, Any], crlf: bool, event_id: str | None = None) -> 
     return (newline.join(lines) + newline + newline).encode()
 
 
-def mcp_events(scenario: Scenario, request: RecordedRequest) -> list[bytes]:
-    """The events of the complete ``tools/call`` stream, its response last."""
+def mcp_events(
+    scenario: Scenario, request: RecordedRequest, stream: str | None = None
+) -> list[bytes]:
+    """The events of the complete ``tools/call`` stream, its response last (``stream``:
+    its id, on each event's id)."""
     token, total = _progress_token(request), len(scenario.content)
     messages: list[dict[str, Any]] = []
+    if scenario.mcp_elicit:
+        messages.append(_elicitation(stream))
     for i, piece in enumerate(scenario.content):
         params: dict[str, Any]
         if token is None:
@@ -207,24 +263,70 @@ def mcp_events(scenario: Scenario, request: RecordedRequest) -> list[bytes]:
             params = {"progressToken": token, "progress": i + 1, "total": total, "message": piece}
         messages.append({"jsonrpc": "2.0", "method": method, "params": params})
     messages.append(mcp_result(request, scenario))
-    stream = uuid.uuid4().hex if scenario.mcp_event_ids else None
     return [
         _event(message, scenario.crlf, None if stream is None else f"{stream}-{i}")
         for i, message in enumerate(messages)
     ]
 
 
-def mcp_stream(scenario: Scenario, request: RecordedRequest) -> WireStream:
-    """The ``tools/call`` stream, its ``: keepalive`` comment and its in-stream error (a
-    JSON-RPC error for the request, with no event id). ``think`` pauses before the first
-    event."""
-    error = mcp_error(request, -32603, scenario.message)
-    return WireStream(
-        mcp_events(scenario, request),
-        think_at=0,
-        keepalive=sse_comment(scenario.crlf),
-        error=_event(error, scenario.crlf),
-    )
+def _elicitation(stream: str | None) -> dict[str, Any]:
+    """The server's ``elicitation/create`` request (its id: ``elicit-`` and the stream's)."""
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    params = {"mode": "form", "message": "Which one?", "requestedSchema": schema}
+    ident = f"elicit-{stream or uuid.uuid4().hex}"
+    return {"jsonrpc": "2.0", "id": ident, "method": "elicitation/create", "params": params}
+
+
+class _McpStream(WireStream):
+    """A ``tools/call`` stream (or the rest of one, resumed) that, opened by an ask, waits
+    for its answer before the event after it."""
+
+    def __init__(
+        self,
+        events: list[bytes],
+        scenario: Scenario,
+        error: bytes,
+        answered: threading.Event | None = None,
+        stopping: threading.Event | None = None,
+    ) -> None:
+        super().__init__(events, think_at=0, keepalive=sse_comment(scenario.crlf), error=error)
+        self._answered, self._stopping, self._hold = answered, stopping, scenario.hold
+
+    def event(self, index: int) -> bytes:
+        answered = self._answered
+        if index == 1 and answered is not None:
+            deadline = time.monotonic() + self._hold
+            while not answered.wait(0.02) and time.monotonic() < deadline:
+                if self._stopping is not None and self._stopping.is_set():
+                    break
+        return super().event(index)
+
+
+def mcp_attempt(
+    fault: FaultServer, scenario: Scenario, request: RecordedRequest, streaming: bool
+) -> WireStream | Answer:
+    """A ``tools/call``'s answer, or a resume's (a ``GET`` with ``Last-Event-ID``): the
+    stream to play under ``scenario``, or a status, JSON payload and headers."""
+    sessions = fault._mcp_sessions
+    if request.method == "GET":
+        last = request.headers.get("last-event-id", "")
+        resumed, _, index = last.rpartition("-")
+        kept = sessions.stream(resumed)
+        if kept is None or not index.isdigit():
+            return 404, mcp_error(None, -32600, f"Not Found: no stream has event {last!r}"), {}
+        return _McpStream(kept[0][int(index) + 1 :], scenario, kept[1])
+    if not streaming:
+        return 200, mcp_result(request, scenario), {}
+    error = _event(mcp_error(request, -32603, scenario.message), scenario.crlf)
+    stream = uuid.uuid4().hex if scenario.mcp_event_ids else None
+    events = mcp_events(scenario, request, stream)
+    if stream is not None:
+        sessions.keep(stream, events, error)
+    answered = None
+    if scenario.mcp_elicit:
+        ask = json.loads(events[0].rsplit(b"data: ", 1)[1])["id"]
+        answered = sessions.ask(request.headers.get(_SESSION, ""), ask)
+    return _McpStream(events, scenario, error, answered, fault._stopping)
 
 
 def mcp_channel(scenario: Scenario) -> tuple[Scenario, WireStream]:

@@ -153,7 +153,8 @@ class Scenario:
     fewer, larger writes, so that a benchmark measures the client rather than this server.
 
     MCP only: ``mcp_json`` answers a ``tools/call`` as JSON, not SSE; ``mcp_event_ids``
-    gives each of its SSE events an ``id:`` line.
+    gives each of its SSE events an ``id:`` line (and its stream can be resumed);
+    ``mcp_elicit`` opens it with an elicitation and waits for the client's answer.
     """
 
     content: tuple[str, ...] = ("hello", " world")
@@ -190,6 +191,7 @@ class Scenario:
     thoughts: tuple[str, ...] = ()
     mcp_json: bool = False
     mcp_event_ids: bool = False
+    mcp_elicit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("content", "thoughts"):
@@ -229,7 +231,7 @@ class Scenario:
             )
         if not isinstance(self.stall_scenario, Scenario | None):
             raise ValueError("Scenario.stall_scenario must be a Scenario or None")
-        for name in ("mcp_json", "mcp_event_ids"):
+        for name in ("mcp_json", "mcp_event_ids", "mcp_elicit"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Scenario.{name} must be a bool, got {getattr(self, name)!r}")
 

@@ -120,6 +120,11 @@ class FaultServer:
         return self._resume_window
 
     @property
+    def mcp_cancelled(self) -> list[object]:
+        """The request ids of the MCP ``notifications/cancelled`` heard, in order."""
+        return list(self._mcp_sessions.cancelled)
+
+    @property
     def cancel_delay(self) -> float:
         """Seconds between a cancel's arrival (when it takes effect) and its answer."""
         return self._cancel_delay

@@ -32,23 +32,13 @@ from hermes_transport._core.mcp import (
 )
 from hermes_transport._core.sse import SSEScanner
 
-from _support import events_read_one_by_one_up_to
+from _support import events_read_one_by_one_up_to, rpc
 
 # Pure: the same under every openai major.
 pytestmark = pytest.mark.once
 
 SESSION = {"mcp-session-id": "0123abcd"}
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-
-def rpc(method: str | None, id_: object = 1, **fields: Any) -> dict[str, Any]:
-    """A JSON-RPC 2.0 message: a request (``id_`` given), or a notification (``id_`` None)."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", **fields}
-    if method is not None:
-        message["method"] = method
-    if id_ is not None:
-        message["id"] = id_
-    return message
 
 
 CALL = rpc("tools/call", 7, params={"name": "search_web", "arguments": {"q": "x"}})

@@ -13,6 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
@@ -22,10 +24,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 import hermes_transport
-from hermes_transport import OpenTelemetryMetrics, StreamPolicy, StreamStats
-from hermes_transport.testing import FaultServer, Scenario
+from hermes_transport import OpenTelemetryMetrics, StreamPolicy, StreamStats, mcp_http_client_for
+from hermes_transport.testing import MCP_TOOL_NAME, FaultServer, Scenario
 
-from _support import Flavor, chat_body
+from _support import Flavor, chat_body, run_bounded
 
 # No SDK of an LLM: the same under every openai major, so run with the newest only.
 pytestmark = pytest.mark.once
@@ -307,3 +309,42 @@ def test_a_gemini_stream_records_its_provider_and_the_model_of_its_path(
     assert attributes["gen_ai.provider.name"] == provider
     assert attributes["gen_ai.request.model"] == "gemini-2.5-pro"
     assert attributes["gen_ai.operation.name"] == "chat"
+
+
+def test_an_mcp_request_records_its_method_and_tool_but_never_its_session(
+    server: FaultServer, recorder: Recorder
+) -> None:
+    """An MCP tool call's records name its method, its tool and the execute_tool operation, another request only its method, and none the session (one series per session); its McpStats names the session cut short."""
+    server.scenario = Scenario(content=("a", "b"))
+    url = server.base_url.removesuffix("/v1") + "/mcp"
+
+    async def main() -> None:
+        async with (
+            mcp_http_client_for(None, on_stats=recorder) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.list_tools()
+            await session.call_tool(MCP_TOOL_NAME, {})
+
+    run_bounded(main)
+    metric = recorder.collect()["hermes.stream.outcomes"]
+    points = [dict(point.attributes or {}) for point in metric.data.data_points]
+    by_method = {p.get("mcp.method.name"): p for p in points}
+    call = by_method["tools/call"]
+    assert call["gen_ai.tool.name"] == MCP_TOOL_NAME
+    assert call["gen_ai.operation.name"] == "execute_tool"
+    assert "gen_ai.operation.name" not in by_method["tools/list"]
+    assert "gen_ai.tool.name" not in by_method["tools/list"]
+    assert all("mcp.session.id" not in p for p in points)
+    (stats,) = [s for s in recorder.seen if s.mcp is not None and s.mcp.method == "tools/call"]
+    assert stats.mcp is not None
+    named = stats.mcp.attributes
+    assert named["mcp.method.name"] == "tools/call"
+    assert named["gen_ai.tool.name"] == MCP_TOOL_NAME
+    assert named["jsonrpc.request.id"] == str(stats.mcp.request_id)
+    (tool_call,) = [r for r in server.requests if r.attempt == 0]
+    session = tool_call.headers["mcp-session-id"]
+    assert named["mcp.session.id"] == session[:8] + "…" != session
+    assert (stats.mcp.progress, stats.mcp.logs) == (0, 2)  # no progress token: log messages

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import ClientSession, MCPError, types
@@ -465,15 +466,46 @@ def test_a_stream_cut_after_the_first_progress_fails_the_call(
     assert progress == [(1.0, 2.0, "hello")]
 
 
-def test_a_cut_stream_with_event_ids_is_not_resumed(server: FaultServer) -> None:
-    """With event ids the SDK tries to resume a cut stream with a GET and Last-Event-ID, which answers 405, so the call fails."""
-    server.scenario = dataclasses.replace(Scenario.truncated(1), mcp_event_ids=True)
-    with pytest.raises(MCPError):
-        run_bounded(lambda: call(server, []))
-    resumes = [r for r in server.requests if "last-event-id" in r.headers]
-    assert resumes
-    assert all(r.method == "GET" for r in resumes)
-    assert {s.status for s in server.sent if s.request in resumes} == {405}
+def test_a_cut_stream_with_event_ids_is_resumed_by_the_sdk_with_the_rest(
+    server: FaultServer,
+) -> None:
+    """With event ids the SDK resumes a cut stream with a GET and Last-Event-ID, an attempt of its own, answered with the events after that one: the call completes, each progress once."""
+    server.scenario = Scenario.stall_first(
+        1,
+        stall=dataclasses.replace(Scenario.truncated(1), mcp_event_ids=True),
+        then=Scenario(mcp_event_ids=True),
+    )
+    progress: list[Progress] = []
+    result = run_bounded(lambda: call(server, progress))
+    assert [c.text for c in result.content if isinstance(c, types.TextContent)] == ["hello world"]
+    assert progress == [(1.0, 2.0, "hello"), (2.0, 2.0, " world")]
+    [resume] = [r for r in server.requests if "last-event-id" in r.headers]
+    assert (resume.method, resume.attempt) == ("GET", 1)
+    assert resume.headers["last-event-id"].endswith("-0")
+
+
+@pytest.mark.parametrize(
+    "last", ["0123456789abcdef-0", "no-dash", "x-y"], ids=["unknown-stream", "no-index", "bad"]
+)
+def test_a_resume_of_no_stream_the_server_kept_answers_404(server: FaultServer, last: str) -> None:
+    """A GET whose Last-Event-ID names no stream the server kept is answered 404 with a JSON-RPC error."""
+    url = server.base_url.removesuffix("/v1") + "/mcp"
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
+    }
+    with httpx2.Client(timeout=5.0) as http:
+        opened = http.post(url, json=hello)
+        headers = {"mcp-session-id": opened.headers["mcp-session-id"], "last-event-id": last}
+        answer = http.get(url, headers=headers)
+    assert answer.status_code == 404
+    assert answer.json()["error"]["code"] == -32600
+    assert (
+        last in answer.json()["error"]["message"]
+        or "no stream" in answer.json()["error"]["message"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -542,9 +574,57 @@ def test_the_get_channel_sends_only_comments_until_hold_ends_it(
 # --- the Scenario fields ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["mcp_json", "mcp_event_ids"])
+@pytest.mark.parametrize("name", ["mcp_json", "mcp_event_ids", "mcp_elicit"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_the_mcp_fields_must_be_bools(name: str, value: object) -> None:
-    """mcp_json and mcp_event_ids refuse anything but a bool."""
+    """mcp_json, mcp_event_ids and mcp_elicit refuse anything but a bool."""
     with pytest.raises(ValueError, match=f"Scenario.{name} must be a bool"):
         Scenario(**{name: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ids", [False, True], ids=["no-ids", "event-ids"])
+def test_an_elicitation_opens_the_stream_and_the_rest_waits_for_the_answer(
+    server: FaultServer, ids: bool
+) -> None:
+    """With mcp_elicit the tools/call stream opens with an elicitation/create request of the server's and sends the rest only once the client's answer came."""
+    server.scenario = Scenario(mcp_elicit=True, mcp_event_ids=ids)
+    asked: list[types.ElicitRequestParams] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        await anyio.sleep(0.5)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    async def main() -> types.CallToolResult:
+        async with session(server, elicitation_callback=on_elicit) as client:
+            return await client.call_tool(MCP_TOOL_NAME, {})
+
+    result = run_bounded(main)
+    assert [c.text for c in result.content if isinstance(c, types.TextContent)] == ["hello world"]
+    assert [p.message for p in asked] == ["Which one?"]
+    writes = call_writes(server)
+    assert b"elicitation/create" in writes[0][1]
+    assert writes[1][0] - writes[0][0] >= 0.45  # the answer took 0.5 s
+    [answer] = [
+        r
+        for r in server.requests
+        if isinstance(r.json, dict) and "result" in r.json and "method" not in r.json
+    ]
+    assert isinstance(answer.json, dict)
+    assert answer.json["result"]["content"] == {"answer": "blue"}
+
+
+def test_the_cancels_the_server_hears_are_kept_in_order(server: FaultServer) -> None:
+    """Every notifications/cancelled the server hears is kept, in order, by the request id it names (the SDK sends one for a call whose task is cancelled)."""
+    server.scenario = Scenario(think=30.0, content=("a",))
+
+    async def main() -> None:
+        async with session(server) as client:
+            with anyio.move_on_after(0.3):
+                await client.call_tool(MCP_TOOL_NAME, {})
+            await client.list_tools()
+
+    run_bounded(main)
+    [tool_call] = calls(server)
+    assert isinstance(tool_call.json, dict)
+    assert server.mcp_cancelled == [tool_call.json["id"]]

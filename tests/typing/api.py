@@ -32,6 +32,7 @@ from hermes_transport import (
     CallBudgets,
     DefaultSeconds,
     Interrupt,
+    McpStats,
     ModelBudget,
     StreamInterrupted,
     StreamPolicy,
@@ -142,6 +143,10 @@ def budgets_and_stats(exc: Exception) -> None:
         assert_type(stats.first_output, float | None)
         assert_type(stats.budgets, CallBudgets)
         assert_type(stats.events, int | None)
+        assert_type(stats.mcp, McpStats | None)
+        if stats.mcp is not None:
+            assert_type(stats.mcp.attributes, dict[str, str])
+            assert_type(stats.mcp.progress, int)
 
     WatchdogTransport(on_stats=on_stats)
     AsyncWatchdogTransport(on_stats=on_stats)
