@@ -4,6 +4,8 @@ stream resumed by its event ids, a budget suspended while an elicitation waits, 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from typing import Any
@@ -58,9 +60,11 @@ class Call:
         elicit: Any = None,
         during: Any = None,
         token: Interrupt | None = None,
+        bound: bool = False,
     ) -> None:
         """Call the tool on a new session (``elicit``: its elicitation callback; ``during``:
-        called with no argument before the call is sent; ``token``: reset after it), then
+        called with no argument before the call is sent; ``token``: reset after it, and bound
+        around it with ``bound``), then
         list the tools on the same session, which must still work."""
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -76,10 +80,12 @@ class Call:
             if during is not None:
                 during()
             started = time.monotonic()
+            binding = token.bind() if bound and token is not None else contextlib.nullcontext()
             try:
-                self.outcome = await client.call_tool(
-                    MCP_TOOL_NAME, {}, progress_callback=on_progress
-                )
+                with binding:
+                    self.outcome = await client.call_tool(
+                        MCP_TOOL_NAME, {}, progress_callback=on_progress
+                    )
             except MCPError as exc:
                 self.outcome = exc
             self.took = time.monotonic() - started
@@ -260,11 +266,15 @@ def test_after_the_answer_the_budget_runs_again(server: FaultServer) -> None:
     ],
     ids=["waiting-for-headers", "before-the-first-event", "mid-stream"],
 )
-@pytest.mark.parametrize("cancel_on_interrupt", [True, False], ids=["cancel", "no-cancel"])
+@pytest.mark.parametrize(
+    ("cancel_on_interrupt", "bound"),
+    [(True, False), (False, False), (True, True)],
+    ids=["cancel", "no-cancel", "bound-cancel"],
+)
 def test_an_interrupted_tool_call_is_cancelled_on_the_server_once_after_the_caller_has_its_error(
-    server: FaultServer, scenario: Scenario, stage: str, cancel_on_interrupt: bool
+    server: FaultServer, scenario: Scenario, stage: str, cancel_on_interrupt: bool, bound: bool
 ) -> None:
-    """An interrupt at any stage of a tool call ends it at once with our interrupt, and then notifications/cancelled for its id reaches the server once, on the same session (none with cancel_on_interrupt=False)."""
+    """An interrupt (given to the client, or bound around the call) at any stage of a tool call ends it at once with our interrupt, and then notifications/cancelled for its id reaches the server once, on the same session (none with cancel_on_interrupt=False)."""
     server.scenario = scenario
     token = Interrupt()
     policy = StreamPolicy(cancel_on_interrupt=cancel_on_interrupt)
@@ -279,10 +289,11 @@ def test_an_interrupted_tool_call_is_cancelled_on_the_server_once_after_the_call
         threading.Thread(target=fire, daemon=True).start()
 
     made = call(
-        mcp_http_client_for(None, policy=policy, interrupt=token),
+        mcp_http_client_for(None, policy=policy, interrupt=None if bound else token),
         url_of(server),
         during=fire_when_sent,
         token=token,
+        bound=bound,
     )
     assert isinstance(made.outcome, MCPError)
     ours = stream_error(made.outcome)
@@ -357,3 +368,53 @@ def test_a_sync_client_sends_the_cancel_on_its_own_thread_before_raising(
             read_all()
         assert server.mcp_cancelled == [7]  # sent before the error was raised
     assert raised.value.stage == stage
+
+
+@pytest.mark.parametrize("silent_after", [False, True], ids=["answered", "silent-after-it"])
+def test_on_a_sync_client_an_answer_sent_from_another_thread_restarts_the_budget(
+    server: FaultServer, silent_after: bool
+) -> None:
+    """On a bare sync transport, a tool call's stream waits out an elicitation longer than its budgets while another thread answers it on the same client; then its budget runs again: it reads on to its response, or stalls if the server goes silent."""
+    url = url_of(server)
+    headers = {"accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    call_body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}}
+    answered: list[float] = []
+    read = b""
+    with httpx2.Client(transport=WatchdogTransport(policy=FAST), timeout=30.0) as http:
+        opened = http.post(url, headers=headers, json=initialize)
+        headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        server.scenario = Scenario(
+            content=("a", "b"),
+            mcp_elicit=True,
+            stall_after_events=1 if silent_after else None,
+            hold=15.0,
+        )
+
+        def answer(ask: object) -> None:
+            time.sleep(1.5)  # three budgets' worth
+            body = {"jsonrpc": "2.0", "id": ask, "result": {"action": "accept"}}
+            assert http.post(url, headers=headers, json=body).status_code == 202
+            answered.append(time.monotonic())
+
+        def read_all() -> None:
+            nonlocal read
+            with http.stream("POST", url, headers=headers, json=call_body) as response:
+                for chunk in response.iter_bytes():
+                    read += chunk
+                    if b"elicitation/create" in chunk:
+                        line = chunk.split(b"data: ", 1)[1].split(b"\n", 1)[0]
+                        ask = json.loads(line)["id"]
+                        threading.Thread(target=answer, args=(ask,), daemon=True).start()
+
+        if not silent_after:
+            read_all()
+            assert b'"result"' in read
+            assert len(answered) == 1
+            return
+        with pytest.raises(StreamStalled) as stalled:
+            read_all()
+    assert len(answered) == 1
+    assert stalled.value.stage == "first_event"
+    assert time.monotonic() - answered[0] < 5.0
