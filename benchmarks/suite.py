@@ -31,6 +31,7 @@ FIGURES = {
     "cycles": "benchmarks.fig_cycles",
     "wires": "benchmarks.fig_wires",
     "gemini": "benchmarks.fig_gemini",
+    "mcp": "benchmarks.fig_mcp",
 }
 
 
