@@ -26,6 +26,7 @@ import logging
 
 from ._core.budgets import BudgetRules, DefaultSeconds, ModelBudget, ToolBudget
 from ._core.call_budgets import CallBudgets
+from ._core.checkpoints import ResumeCheckpoint
 from ._core.contexts import should_stream_inline
 from ._core.errors import StreamInterrupted, StreamStalled, stream_error
 from ._core.interrupt import Interrupt
@@ -46,6 +47,7 @@ from ._sdk.gemini_content import astream_content, stream_content
 from ._sdk.mcp import mcp_http_client_for
 from ._sdk.messages import astream_message, stream_message
 from ._sdk.responses import astream_response, stream_response
+from ._sdk.resumed import ResponseGone, aresume_response, resume_response
 
 __version__ = "0.1.0"
 
@@ -61,12 +63,15 @@ __all__ = [
     "McpStats",
     "ModelBudget",
     "OpenTelemetryMetrics",
+    "ResponseGone",
+    "ResumeCheckpoint",
     "StreamInterrupted",
     "StreamPolicy",
     "StreamStalled",
     "StreamStats",
     "ToolBudget",
     "WatchdogTransport",
+    "aresume_response",
     "astream_chat_completion",
     "astream_content",
     "astream_message",
@@ -77,6 +82,7 @@ __all__ = [
     "http_client_for",
     "mcp_http_client_for",
     "openai_client_for",
+    "resume_response",
     "should_stream_inline",
     "stream_chat_completion",
     "stream_content",

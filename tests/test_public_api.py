@@ -97,7 +97,8 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
         (
             hermes_transport.StreamPolicy,
             "(*, stale_timeout=DefaultSeconds(180.0), first_event_timeout=StreamPolicy.SAME_AS_STALE,"
-            " retries=2, resumes=3, cancel_on_interrupt=True, budget_rules=BudgetRules(),"
+            " retries=2, resumes=3, cancel_on_interrupt=True, checkpoint_interval=1.0,"
+            " budget_rules=BudgetRules(),"
             " heartbeat_events={'chat_completions': frozenset({'ping'}),"
             " 'responses': frozenset({'keepalive'}), 'messages': frozenset({'ping'}),"
             " 'gemini': frozenset(), 'mcp': frozenset(), 'generic': frozenset({'ping'})})",
@@ -106,7 +107,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             (
                 transport,
                 "(inner=None, *, policy=None, interrupt=None, on_stats=None,"
-                " **http_transport_kwargs)",
+                " on_checkpoint=None, **http_transport_kwargs)",
             )
             for transport in (
                 hermes_transport.WatchdogTransport,
@@ -118,7 +119,7 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             (
                 factory,
                 "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-                f" interrupt=None, on_stats=None, **{kwargs})",
+                f" interrupt=None, on_stats=None, on_checkpoint=None, **{kwargs})",
             )
             for factory, kwargs in (
                 (hermes_transport.http_client_for, "httpx_client_kwargs"),
@@ -137,7 +138,8 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             (
                 factory,
                 "(platform, *, api_mode='chat_completions', provider=None, policy=None,"
-                " interrupt=None, flavor=None, on_stats=None, **openai_kwargs)",
+                " interrupt=None, flavor=None, on_stats=None, on_checkpoint=None,"
+                " **openai_kwargs)",
             )
             for factory in (
                 hermes_transport.openai_client_for,
@@ -169,14 +171,35 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             hermes_transport.stream_chat_completion,
             "(client, *, inline=None, interrupt=None, on_delta=None, **create_kwargs)",
         ),
-        *[
-            (runner, "(client, *, inline=None, interrupt=None, on_event=None, **create_kwargs)")
-            for runner in (hermes_transport.stream_response, hermes_transport.stream_message)
-        ],
-        *[
-            (runner, "(client, *, interrupt=None, on_event=None, **create_kwargs)")
-            for runner in (hermes_transport.astream_response, hermes_transport.astream_message)
-        ],
+        (
+            hermes_transport.stream_message,
+            "(client, *, inline=None, interrupt=None, on_event=None, **create_kwargs)",
+        ),
+        (
+            hermes_transport.astream_message,
+            "(client, *, interrupt=None, on_event=None, **create_kwargs)",
+        ),
+        (
+            hermes_transport.stream_response,
+            "(client, *, inline=None, interrupt=None, on_event=None, on_checkpoint=None,"
+            " **create_kwargs)",
+        ),
+        (
+            hermes_transport.astream_response,
+            "(client, *, interrupt=None, on_event=None, on_checkpoint=None, **create_kwargs)",
+        ),
+        (
+            hermes_transport.resume_response,
+            "(client, checkpoint, *, inline=None, interrupt=None, on_event=None)",
+        ),
+        (
+            hermes_transport.aresume_response,
+            "(client, checkpoint, *, interrupt=None, on_event=None)",
+        ),
+        (
+            hermes_transport.ResumeCheckpoint,
+            "(response_id, sequence_number, model=None, created_at=None)",
+        ),
     ],
 )
 def test_signatures_are_the_documented_ones(obj: object, expected: str) -> None:

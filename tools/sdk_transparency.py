@@ -582,10 +582,15 @@ def prepare(major: str, all_suites: Iterable[Suite]) -> Environment:
     wanted = [f"{s.sdk}[{s.extras}]=={versions[s.sdk]}" for s in present]
     wanted += [f"httpx2=={versions['httpx2']}"] if "httpx2" in versions else []
     install = [*_installer(python), "--constraint", str(constraints), "--editable", "."]
-    _run_quiet(
-        [*install, *wanted, *sorted(requirements), *HARNESS_DEPENDENCIES],
-        "installing the SDK test environment",
-    )
+    command = [*install, *wanted, *sorted(requirements), *HARNESS_DEPENDENCIES]
+    try:
+        _run_quiet(command, "installing the SDK test environment")
+    except SystemExit:
+        # The index as a cache or a mirror sees it may lag the one the project environment
+        # was resolved against minutes before (a release just out): once more, afresh.
+        _say("sdk_transparency: the install failed; trying once more with a fresh index")
+        fresh = "--refresh" if "uv" in Path(install[0]).name else "--no-cache-dir"
+        _run_quiet([*command, fresh], "installing the SDK test environment (again)")
     environment = _environment_of(python, versions, present, unpacked, configs)
     for suite in present:
         for name in suite.files if suite.in_wheel else ():

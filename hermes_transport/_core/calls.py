@@ -32,8 +32,12 @@ import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from .errors import StreamStalled
+
+if TYPE_CHECKING:
+    from .checkpoints import CheckpointCallback
 
 __all__ = [
     "BACKOFF_FIRST",
@@ -68,9 +72,20 @@ class Call:
     Used only by the thread or task making the call, one attempt after another.
     """
 
-    __slots__ = ("attempts", "last_stall", "resends_left", "resumed", "resumes_left")
+    __slots__ = (
+        "attempts",
+        "last_stall",
+        "on_checkpoint",
+        "resends_left",
+        "resumed",
+        "resumes_left",
+    )
 
-    def __init__(self, resends: int, resumes: int = 0) -> None:
+    def __init__(
+        self, resends: int, resumes: int = 0, on_checkpoint: CheckpointCallback | None = None
+    ) -> None:
+        #: Given the call's checkpoints (a background Responses stream's; see ``checkpoints``).
+        self.on_checkpoint = on_checkpoint
         self.resends_left = resends
         self.resumes_left = resumes
         self.resumed = 0  # resumes made so far
@@ -122,15 +137,23 @@ def under_runner() -> bool:
     return _runner_call.get() is not None
 
 
-def call_for_request(headers: Mapping[str, str], resends: int, resumes: int = 0) -> Call:
-    """The call a streaming request belongs to (see the module docstring)."""
+def call_for_request(
+    headers: Mapping[str, str],
+    resends: int,
+    resumes: int = 0,
+    on_checkpoint: CheckpointCallback | None = None,
+) -> Call:
+    """The call a streaming request belongs to (see the module docstring); a new one gets
+    the transport's ``on_checkpoint``, a runner's keeps its own unless it has none."""
     call = _runner_call.get()
     if call is not None:
+        if call.on_checkpoint is None:
+            call.on_checkpoint = on_checkpoint
         return call
     previous = _sdk_call.get()
     if previous is not None and headers.get(RETRY_HEADER, "0") not in ("", "0"):
         return previous
-    call = Call(resends, resumes)
+    call = Call(resends, resumes, on_checkpoint)
     # Set in the caller's own context (handle_request is a plain call), so the
     # SDK's next retry, made in the same context, finds it.
     _sdk_call.set(call)

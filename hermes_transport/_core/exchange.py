@@ -30,6 +30,7 @@ from .attempt import (
 )
 from .call_budgets import CallBudgets
 from .calls import Call, backoff_before, call_for_request, under_runner
+from .checkpoints import CheckpointCallback
 from .errors import StreamInterrupted, StreamStalled, for_caller, interrupted_before_response
 from .flavor import Flavor
 from .guard import Guard
@@ -93,6 +94,7 @@ class Exchange:
         *,
         in_band: bool = False,
         asks: WaitingAsks | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
     ) -> None:
         self._request = request
         self._flavor = flavor
@@ -136,7 +138,7 @@ class Exchange:
         resends = policy.retries if mcp is None or mcp.resendable else 0
         # A resumable stream draws on its call's resumes even with no first-event budget.
         self._call: Call | None = (
-            call_for_request(request.headers, resends, policy.resumes)
+            call_for_request(request.headers, resends, policy.resumes, on_checkpoint)
             if self._budget is not None or self.resumable is not None
             else None
         )
@@ -197,12 +199,7 @@ class Exchange:
                 interrupted_before_response(reason, stage="before_sending"),
                 handoff=self._handoff,
             )
-        if self._budget is not None:
-            if sockets_reachable:
-                guard.stage = "pool"
-                guard.budget_from_connection(self._budget, arm)
-            else:
-                guard.deadline = attempt.started + self._budget
+        guard.budget_for_attempt(self._budget, attempt.started, arm, sockets_reachable)
         return guard, attempt
 
     @property
@@ -224,14 +221,8 @@ class Exchange:
         self.record.resumed()
         guard = Guard("before_sending")
         self.guard, self.attempt, self._meter = guard, attempt, None
-        if not guard.bind(self._tokens):
-            return guard, attempt
-        if budget is not None:
-            if sockets_reachable:
-                guard.stage = "pool"
-                guard.budget_from_connection(budget, arm)
-            else:
-                guard.deadline = attempt.started + budget
+        if guard.bind(self._tokens):
+            guard.budget_for_attempt(budget, attempt.started, arm, sockets_reachable)
         return guard, attempt
 
     def answered(self, response: httpx.Response, guard: Guard) -> None:

@@ -154,6 +154,20 @@ class Guard:
         self._pending_budget = budget
         self._pending_arm = arm
 
+    def budget_for_attempt(
+        self, budget: float | None, started: float, arm: Callable[[Guard], None], tracked: bool
+    ) -> None:
+        """Give an attempt started at ``started`` its ``budget`` (``None``: none): from its
+        connection where the connection is seen (``tracked``), else from its start. Owner
+        only; the shell arms the guard either way."""
+        if budget is None:
+            return
+        if tracked:
+            self.stage = "pool"
+            self.budget_from_connection(budget, arm)
+        else:
+            self.deadline = started + budget
+
     def start_budget(self) -> None:
         """The attempt has a connection (connecting a new one, or writing to a pooled
         one): start a budget put off by ``budget_from_connection``. Owner only."""

@@ -19,16 +19,14 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .attempt import Arm, Attempt
 from .clock import monotonic
 from .errors import StreamStalled, in_band_answer
-from .guard import Guard
 from .progress import ProgressMeter
 from .resume import WholeEvents
 from .resuming import ResumingWatch
 
 if TYPE_CHECKING:
-    from .exchange import Exchange
+    pass
 
 __all__ = ["McpWatch"]
 
@@ -38,16 +36,7 @@ logger = logging.getLogger("hermes_transport")
 class McpWatch(ResumingWatch):
     """A resuming watch that, on MCP, suspends its budget while an ask waits."""
 
-    def __init__(
-        self,
-        guard: Guard,
-        attempt: Attempt,
-        meter: ProgressMeter | None,
-        stale: float | None,
-        arm: Arm,
-        exchange: Exchange,
-    ) -> None:
-        super().__init__(guard, attempt, meter, stale, arm, exchange)
+    def _begin(self, meter: ProgressMeter | None) -> None:
         # MCP: the ids of the server's requests the scanner saw (``None``: another wire).
         self._asks = meter.scanner.asks if meter is not None and meter.tracks else None
         if self._asks is not None:

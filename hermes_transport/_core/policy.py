@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 import os
 import reprlib
 from collections.abc import Collection, Mapping
@@ -12,33 +11,18 @@ from typing import Any, ClassVar, Final, Literal
 
 from .budgets import (
     DEFAULT_BUDGET_RULES,
-    MAX_SECONDS,
     BudgetRules,
     DefaultSeconds,
     check_seconds,
     estimate_tokens,
-    in_range,
 )
 from .call_budgets import CallBudgets, derive
-from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, OFF, WireEvents, env_event_types, per_wire
+from .heartbeats import DEFAULT_HEARTBEAT_EVENTS, WireEvents, per_wire
+from .policy_env import ENV_VARIABLES, env_values
 from .wires import Wire
 
 __all__ = ["StreamPolicy"]
 
-ENV_STALE_TIMEOUT = "HERMES_STREAM_STALE_TIMEOUT"
-ENV_FIRST_EVENT_TIMEOUT = "HERMES_STREAM_FIRST_EVENT_TIMEOUT"
-ENV_RETRIES = "HERMES_STREAM_RETRIES"
-ENV_HEARTBEAT_EVENTS = "HERMES_STREAM_HEARTBEAT_EVENTS"
-ENV_RESUMES = "HERMES_STREAM_RESUMES"
-ENV_BUDGET_RULES = "HERMES_STREAM_BUDGET_RULES"
-ENV_VARIABLES: Final = (
-    ENV_STALE_TIMEOUT,
-    ENV_FIRST_EVENT_TIMEOUT,
-    ENV_RETRIES,
-    ENV_RESUMES,
-    ENV_BUDGET_RULES,
-    ENV_HEARTBEAT_EVENTS,
-)
 #: ``stale_timeout``'s default: 180 s, which the budget rules may change per call.
 DEFAULT_STALE_TIMEOUT: Final = DefaultSeconds(180.0)
 
@@ -106,6 +90,11 @@ class StreamPolicy:
     a creation given up after a stall before the caller saw any of it is
     cancelled whatever this says.
 
+    ``checkpoint_interval``: seconds between two checkpoints of a background Responses
+    stream given to an ``on_checkpoint`` callback (``ResumeCheckpoint``: where a next
+    process resumes it); one is given as soon as the response id is known, and at every
+    stall, interrupt and close while the response is unfinished. ``None``: only those.
+
     ``budget_rules``: how a call's budgets follow what its request says
     (``BudgetRules``: the model, by pattern, with floors for reasoning-class
     models out of the box; the prompt's size, scaling the first-event
@@ -145,6 +134,7 @@ class StreamPolicy:
     retries: int = 2
     resumes: int = 3
     cancel_on_interrupt: bool = True
+    checkpoint_interval: float | None = 1.0
     budget_rules: BudgetRules | None = DEFAULT_BUDGET_RULES
     heartbeat_events: Collection[str] | Mapping[Wire, Collection[str]] = field(
         default=DEFAULT_HEARTBEAT_EVENTS
@@ -181,6 +171,8 @@ class StreamPolicy:
             raise ValueError(
                 f"cancel_on_interrupt must be True or False, got {self.cancel_on_interrupt!r}"
             )
+        interval = check_seconds("checkpoint_interval", self.checkpoint_interval)
+        object.__setattr__(self, "checkpoint_interval", interval)
         if self.budget_rules is not None and not isinstance(self.budget_rules, BudgetRules):
             raise ValueError(
                 "budget_rules must be a BudgetRules or None,"
@@ -283,39 +275,7 @@ class StreamPolicy:
                 f"StreamPolicy.from_env() got unknown field(s) {', '.join(unknown)};"
                 f" fields are {', '.join(sorted(known))}"
             )
-        values: dict[str, Any] = {}
-        for name, variable in (
-            ("stale_timeout", ENV_STALE_TIMEOUT),
-            ("first_event_timeout", ENV_FIRST_EVENT_TIMEOUT),
-        ):
-            seconds = _env_seconds(env, variable)
-            if seconds is not _UNSET:
-                values[name] = seconds
-        for name, variable in (("retries", ENV_RETRIES), ("resumes", ENV_RESUMES)):
-            raw = env.get(variable, "").strip()
-            if raw:
-                count = int(raw) if raw.isascii() and raw.isdigit() else -1  # no sign, no "1_0"
-                if count < 0:
-                    raise ValueError(f"{variable} must be an integer >= 0, got {raw!r}")
-                values[name] = count
-        raw = env.get(ENV_BUDGET_RULES, "").strip().lower()
-        if raw == OFF:
-            values["budget_rules"] = None
-        elif raw not in ("", "on"):
-            raise ValueError(
-                f"{ENV_BUDGET_RULES} must be 'off' (no budget rules) or 'on' (the defaults),"
-                f" got {env.get(ENV_BUDGET_RULES)!r}"
-            )
-        raw = env.get(ENV_HEARTBEAT_EVENTS, "").strip()
-        if raw:
-            try:
-                values["heartbeat_events"] = per_wire(env_event_types(raw))
-            except ValueError as exc:
-                raise ValueError(
-                    f"{ENV_HEARTBEAT_EVENTS} must be event type names separated by commas"
-                    " (or 'off'), for every wire, or per wire as 'wire=names' groups"
-                    f" separated by ';'; got {raw!r}: {exc}"
-                ) from None
+        values = env_values(env)
         values.update(overrides)
         return replace(cls(), **values)
 
@@ -324,27 +284,3 @@ class StreamPolicy:
 _FROM_ENVIRONMENT: dict[tuple[Any, ...], StreamPolicy] = {}
 #: One frozenset of each kind for the policies' ``_defaults`` (at most four kinds).
 _DEFAULTS: dict[frozenset[str], frozenset[str]] = {}
-
-
-_UNSET: Any = object()  # an unset or blank variable
-
-
-def _env_seconds(env: Mapping[str, str], name: str) -> Any:
-    """The variable's seconds, ``None`` for ``off``, or ``_UNSET`` when unset or blank."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return _UNSET
-    if raw.lower() == OFF:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    # "1e400" parses as inf: only a spelled-out infinity means no bound.
-    spelled_inf = raw.lower().lstrip("+") in ("inf", "infinity")
-    if not in_range(value) or (value == math.inf and not spelled_inf):
-        raise ValueError(
-            f"{name} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} (a year),"
-            f" or 'off'; got {raw!r}"
-        )
-    return value

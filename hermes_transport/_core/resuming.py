@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .attempt import Attempt, GuardFired, ResumeFailed
+from .attempt import Arm, Attempt, GuardFired, ResumeFailed
 from .body import BodyWatch
 from .calls import backoff_before
+from .checkpoints import Checkpoints
+from .clock import monotonic
 from .errors import StreamStalled
 from .guard import Guard
 from .mcp_resume import McpResumable
@@ -36,6 +38,9 @@ from .resume import (
     spliceable,
 )
 
+if TYPE_CHECKING:
+    from .exchange import Exchange
+
 __all__ = ["ResumingWatch"]
 
 #: What a broken body means for the caller: ``(error, cause)``, or ``None`` to end cleanly.
@@ -45,11 +50,70 @@ logger = logging.getLogger("hermes_transport")
 
 
 class ResumingWatch(BodyWatch):
-    """A body watch that can also resume its stream (when it is resumable)."""
+    """A body watch that can also resume its stream (when it is resumable), and give its
+    checkpoints (a background Responses stream's, to an ``on_checkpoint``)."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        attempt: Attempt,
+        meter: ProgressMeter | None,
+        stale: float | None,
+        arm: Arm,
+        exchange: Exchange,
+    ) -> None:
+        super().__init__(guard, attempt, meter, stale, arm, exchange)
+        call, resumable = exchange.call, self._resumable
+        callback = call.on_checkpoint if call is not None else None
+        self._checkpoints = (
+            Checkpoints(
+                callback,
+                exchange.policy.checkpoint_interval,
+                exchange.budgets.model,
+                resumable.response_id,
+                resumable.after,
+            )
+            if callback is not None and isinstance(resumable, Resumable)
+            else None
+        )
+        self._had = -1  # the last event the caller had finished with (see ``_asking``)
+        self._begin(meter)
+
+    def _begin(self, meter: ProgressMeter | None) -> None:
+        """What a subclass watches more, set up last (``McpWatch``: its asks)."""
+
+    def _checkpoint(self, *, stopped: bool) -> None:
+        """Give a checkpoint, if one is due, naming the last event the caller had finished
+        with when it last asked for more (none while they are held: -1); ``stopped``: a
+        stall, interrupt or close, which gives one whatever the interval; never once the
+        response is over."""
+        meter, checkpoints = self._meter, self._checkpoints
+        if checkpoints is None or meter is None or meter.finished:
+            return
+        give = checkpoints.stopped if stopped else checkpoints.reading
+        give(meter.response_id, self._had, meter.scanner.created_at, monotonic())
+
+    def _asking(self) -> None:
+        """The caller asks for more (a read begins, after what was passed up): it is done
+        with every event passed up so far; the held ones too, once handed over."""
+        meter = self._meter
+        if meter is not None and self._handed:
+            self._had = meter.sequence
+
+    def _hold(self, chunk: bytes) -> bool:
+        """As ``BodyWatch._hold``; and once the response is named, its first checkpoint."""
+        held = super()._hold(chunk)
+        if self._checkpoints is not None:
+            self._checkpoint(stopped=False)
+        return held
 
     def _pass(self, chunk: bytes) -> bytes:
         """The per-chunk step of a resumable stream: what of ``chunk`` to pass up (whole
-        events), watched as ``_saw`` watches."""
+        events), watched as ``_saw`` watches; a checkpoint first, if one is due (the caller
+        is done with what it had: it asked for more)."""
+        if self._checkpoints is not None:
+            self._asking()
+            self._checkpoint(stopped=False)
         whole = self._whole.take(chunk)  # type: ignore[union-attr]
         if whole:
             self._saw(whole)
@@ -88,6 +152,7 @@ class ResumingWatch(BodyWatch):
             self._note = f"; resumed {resumed} time(s), no resume left"
             return None
         whole.drop()
+        self._checkpoint(stopped=True)
         attempt = self._attempt
         logger.warning(
             "%s %s: the stream %s; resuming %s (%d resume(s) left)",
@@ -99,6 +164,11 @@ class ResumingWatch(BodyWatch):
         )
         self._note = ""
         return found[0]
+
+    def _report(self) -> None:
+        """As ``BodyWatch._report``; and a closed stream's last checkpoint, if unfinished."""
+        self._checkpoint(stopped=True)
+        super()._report()
 
     def _resume_budget(self) -> float | None:
         """The budget a resumed stream gets: the first event's until the first output, then

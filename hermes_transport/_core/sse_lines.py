@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from .checkpoints import created_at
 from .mcp import message_method, server_request_id
 from .wires import ErrorEvent, Wire, classify, leading_type, response_id, sequence_number
 
@@ -78,6 +79,7 @@ class EventParser:
         "asks",
         "comment_bytes",
         "counted",
+        "created_at",
         "done",
         "error",
         "events",
@@ -123,6 +125,7 @@ class EventParser:
         self.response_id: str | None = None
         self.sequence = -1
         self.finished = False
+        self.created_at: float | None = None  # tracked Responses: the response's, if said
         #: Tracked: the last event id the stream gave (``None``: none, or one too long).
         self.last_id: bytes | None = None
         #: Tracked MCP: the ids of the requests of the server's that came, in order.
@@ -270,5 +273,6 @@ class EventParser:
             self.sequence = number
         if self.response_id is None and kind == "preamble":  # lifecycle events name it
             self.response_id = response_id(data)
+            self.created_at = created_at(data)
         if kind == "end" or isinstance(kind, ErrorEvent):
             self.finished = True

@@ -11,13 +11,14 @@ from typing import Any
 import httpcore
 import httpx
 
+from .._core.checkpoints import CheckpointCallback
 from .._core.errors import StreamStalled
 from .._core.flavor import Flavor, import_helpers
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._transports.async_shell import AsyncShell
-from .._transports.builder import ClientFactory
+from .._transports.builder import ClientFactory, with_checkpoints
 from .._transports.sync_shell import SyncShell
 
 __all__ = [
@@ -91,9 +92,10 @@ class WatchdogTransport(SyncShell[httpx.BaseTransport], httpx.BaseTransport):
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
         on_stats: StatsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats, on_checkpoint)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response: httpx.Response = self._handle(request)
@@ -137,9 +139,10 @@ class AsyncWatchdogTransport(AsyncShell[httpx.AsyncBaseTransport], httpx.AsyncBa
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
         on_stats: StatsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats, on_checkpoint)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response: httpx.Response = await self._handle(request)
@@ -157,6 +160,7 @@ def http_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **httpx_client_kwargs: Any,
 ) -> httpx.Client:
     """An ``httpx.Client`` over a ``WatchdogTransport`` for this kind of caller.
@@ -191,7 +195,7 @@ def http_client_for(
         policy,
         interrupt,
         on_stats,
-        httpx_client_kwargs,
+        with_checkpoints(httpx_client_kwargs, on_checkpoint),
     )
     return client
 
@@ -204,6 +208,7 @@ def async_http_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` over an ``AsyncWatchdogTransport``; as ``http_client_for``.
@@ -220,6 +225,6 @@ def async_http_client_for(
         policy,
         interrupt,
         on_stats,
-        httpx_async_client_kwargs,
+        with_checkpoints(httpx_async_client_kwargs, on_checkpoint),
     )
     return client

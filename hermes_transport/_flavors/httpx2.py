@@ -19,13 +19,14 @@ except ImportError as exc:  # pragma: no cover - exercised in an environment wit
         " install it with: pip install 'hermes-transport[httpx2]'"
     ) from exc
 
+from .._core.checkpoints import CheckpointCallback
 from .._core.errors import StreamStalled as _BaseStreamStalled
 from .._core.flavor import Flavor, import_helpers
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._transports.async_shell import AsyncShell
-from .._transports.builder import ClientFactory
+from .._transports.builder import ClientFactory, with_checkpoints
 from .._transports.sync_shell import SyncShell
 
 __all__ = [
@@ -79,9 +80,10 @@ class WatchdogTransport(SyncShell[httpx2.BaseTransport], httpx2.BaseTransport):
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
         on_stats: StatsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats, on_checkpoint)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = self._handle(request)
@@ -105,9 +107,10 @@ class AsyncWatchdogTransport(AsyncShell[httpx2.AsyncBaseTransport], httpx2.Async
         policy: StreamPolicy | None = None,
         interrupt: Interrupt | None = None,
         on_stats: StatsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
         **http_transport_kwargs: Any,
     ) -> None:
-        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats)
+        self._setup(inner, policy, interrupt, http_transport_kwargs, on_stats, on_checkpoint)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = await self._handle(request)
@@ -125,6 +128,7 @@ def http_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **httpx_client_kwargs: Any,
 ) -> httpx2.Client:
     """An ``httpx2.Client`` over this flavor's ``WatchdogTransport``; as
@@ -138,7 +142,7 @@ def http_client_for(
         policy,
         interrupt,
         on_stats,
-        httpx_client_kwargs,
+        with_checkpoints(httpx_client_kwargs, on_checkpoint),
     )
     return client
 
@@ -151,6 +155,7 @@ def async_http_client_for(
     policy: StreamPolicy | None = None,
     interrupt: Interrupt | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **httpx_async_client_kwargs: Any,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` over this flavor's ``AsyncWatchdogTransport``; as
@@ -164,6 +169,6 @@ def async_http_client_for(
         policy,
         interrupt,
         on_stats,
-        httpx_async_client_kwargs,
+        with_checkpoints(httpx_async_client_kwargs, on_checkpoint),
     )
     return client

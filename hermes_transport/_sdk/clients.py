@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from .._core.checkpoints import CheckpointCallback
 from .._core.contexts import ClientProfile, should_stream_inline
 from .._core.flavor import FlavorName
 from .._core.interrupt import Interrupt
@@ -28,6 +29,7 @@ from .._transports.builder import (
     profile_of,
     record_profile,
     transport_policy,
+    with_checkpoints,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ def openai_client_for(
     interrupt: Interrupt | None = None,
     flavor: FlavorName | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **openai_kwargs: Any,
 ) -> openai.OpenAI:
     """An ``openai.OpenAI`` client for this kind of caller.
@@ -83,7 +86,7 @@ def openai_client_for(
     takes no httpx2 client) raises its ``TypeError``; a client built here
     does not leak. ``stream_chat_completion`` later streams inline or on a
     worker thread as ``should_stream_inline`` decides for this platform.
-    ``on_stats`` goes to the transport (``WatchdogTransport``).
+    ``on_stats`` and ``on_checkpoint`` go to the transport (``WatchdogTransport``).
     """
     import openai
 
@@ -92,7 +95,7 @@ def openai_client_for(
         openai.OpenAI,
         False,
         _Choice(platform, api_mode, provider, policy, interrupt, flavor, on_stats),
-        openai_kwargs,
+        with_checkpoints(openai_kwargs, on_checkpoint),
     )
 
 
@@ -105,6 +108,7 @@ def async_openai_client_for(
     interrupt: Interrupt | None = None,
     flavor: FlavorName | None = None,
     on_stats: StatsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **openai_kwargs: Any,
 ) -> openai.AsyncOpenAI:
     """An ``openai.AsyncOpenAI`` client for this kind of caller; as ``openai_client_for``.
@@ -121,7 +125,7 @@ def async_openai_client_for(
         openai.AsyncOpenAI,
         True,
         _Choice(platform, api_mode, provider, policy, interrupt, flavor, on_stats),
-        openai_kwargs,
+        with_checkpoints(openai_kwargs, on_checkpoint),
     )
 
 

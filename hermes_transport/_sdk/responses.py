@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .._core.checkpoints import CheckpointCallback
 from .._core.interrupt import Interrupt
 from .runner import astream_call, stream_call
 from .wire import SdkWire, has_text
@@ -40,6 +41,7 @@ def stream_response(
     inline: bool | None = None,
     interrupt: Interrupt | None = None,
     on_event: Callable[[ResponseStreamEvent], None] | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **create_kwargs: Any,
 ) -> Response:
     """Stream a response (Responses API) and return it assembled, as a ``Response``.
@@ -53,7 +55,10 @@ def stream_response(
     worker thread, in worker mode), ``keepalive`` events included (the SDK
     builds those as some other event model whose ``type`` is
     ``"keepalive"``). ``inline`` and ``interrupt`` are
-    ``stream_chat_completion``'s.
+    ``stream_chat_completion``'s. ``on_checkpoint`` is given the checkpoints of a
+    background response (``background=True``): where ``resume_response`` goes on from,
+    in another process too (see ``ResumeCheckpoint``); the transport's own
+    ``on_checkpoint``, if any, is then not called for this call.
 
     A stall after the first event is re-sent when no event with content (a
     text, refusal, reasoning or tool-call delta; an output item or part that
@@ -72,7 +77,9 @@ def stream_response(
     without a final one (``response.completed``, ``.incomplete`` or
     ``.failed``).
     """
-    return stream_call(RESPONSES, client, inline, interrupt, on_event, create_kwargs)
+    return stream_call(
+        RESPONSES, client, inline, interrupt, on_event, create_kwargs, on_checkpoint
+    )
 
 
 async def astream_response(
@@ -80,6 +87,7 @@ async def astream_response(
     *,
     interrupt: Interrupt | None = None,
     on_event: Callable[[ResponseStreamEvent], Awaitable[None] | None] | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
     **create_kwargs: Any,
 ) -> Response:
     """Stream a response on the running event loop; as ``stream_response``.
@@ -90,7 +98,7 @@ async def astream_response(
     ``astream_chat_completion``; cancelling the awaiting task cancels the call
     as usual, closing its connection.
     """
-    return await astream_call(RESPONSES, client, interrupt, on_event, create_kwargs)
+    return await astream_call(RESPONSES, client, interrupt, on_event, create_kwargs, on_checkpoint)
 
 
 class _ResponseAssembly:
@@ -110,9 +118,7 @@ class _ResponseAssembly:
     def take(self, event: ResponseStreamEvent) -> None:
         kind = event.type
         if kind == "error":
-            data = event.to_dict()
-            nested = data.get("error")  # as the live API sends it (and the SDK's body then)
-            raise _api_error(self.request, event, nested if isinstance(nested, dict) else data)
+            raise _error_event(self.request, event)
         if not kind.startswith("response."):
             return  # keepalive, or an event type the accumulator cannot know
         for handled in self.state.handle_event(event):
@@ -125,6 +131,13 @@ class _ResponseAssembly:
 
     def result(self) -> Response | None:
         return self.final
+
+
+def _error_event(request: Any, event: ResponseStreamEvent) -> openai.APIError:
+    """``openai.APIError`` for an ``error`` event: its body the error the server sent."""
+    data = event.to_dict()
+    nested = data.get("error")  # as the live API sends it (and the SDK's body then)
+    return _api_error(request, event, nested if isinstance(nested, dict) else data)
 
 
 def _api_error(request: Any, event: ResponseStreamEvent, body: dict[str, Any]) -> openai.APIError:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .._core.calls import Call, bind_call
+from .._core.checkpoints import CheckpointCallback
 from .._core.contexts import ClientProfile
 from .._core.errors import Handoff, StreamInterrupted, StreamStalled
 from .._core.interrupt import Interrupt
@@ -58,6 +59,7 @@ class _Job(Generic[R]):
     tokens: list[Interrupt]
     on_event: Callable[[Any], Any] | None
     create_kwargs: dict[str, Any]
+    on_checkpoint: CheckpointCallback | None = None
 
 
 def _profile(client: Any) -> ClientProfile | None:
@@ -73,17 +75,23 @@ def _job(
     interrupt: Interrupt | None,
     on_event: Callable[[Any], Any] | None,
     create_kwargs: dict[str, Any],
+    on_checkpoint: CheckpointCallback | None = None,
 ) -> _Job[R]:
     check_client(wire, client, is_async)
     if create_kwargs.get("stream", True) is not True:
         raise ValueError("a streaming runner always streams; drop stream=False")
     if interrupt is not None and not isinstance(interrupt, Interrupt):
         raise TypeError(f"interrupt must be an Interrupt or None, got {interrupt!r}")
+    if on_checkpoint is not None and not callable(on_checkpoint):
+        raise TypeError(
+            f"on_checkpoint must be a callable taking a ResumeCheckpoint, or None;"
+            f" got {on_checkpoint!r}"
+        )
     create_kwargs["stream"] = True
     profile = _profile(client)
     policy = profile.policy if profile is not None else transport_policy(wire.http_client(client))
     tokens = [t for t in (interrupt, profile.interrupt if profile else None) if t is not None]
-    return _Job(wire, client, policy, tokens, on_event, create_kwargs)
+    return _Job(wire, client, policy, tokens, on_event, create_kwargs, on_checkpoint)
 
 
 class _Run(Generic[R]):
@@ -94,7 +102,7 @@ class _Run(Generic[R]):
 
     def __init__(self, job: _Job[R]) -> None:
         self.job = job
-        self.call = Call(job.policy.retries, job.policy.resumes)
+        self.call = Call(job.policy.retries, job.policy.resumes, job.on_checkpoint)
         self._begin()
 
     def _begin(self) -> None:
@@ -165,12 +173,14 @@ def stream_call(
     interrupt: Interrupt | None,
     on_event: Callable[[Any], Any] | None,
     create_kwargs: dict[str, Any],
+    on_checkpoint: CheckpointCallback | None = None,
 ) -> R:
     """Stream one call on ``wire`` with a sync client, inline or on a worker thread.
 
     ``inline=None``: as the factory that made ``client`` decided, else inline.
+    ``on_checkpoint``: given the call's checkpoints (a background Responses stream's).
     """
-    job = _job(wire, client, False, interrupt, on_event, create_kwargs)
+    job = _job(wire, client, False, interrupt, on_event, create_kwargs, on_checkpoint)
     if inline is None:
         profile = _profile(client)
         inline = profile.inline if profile is not None else True
@@ -183,9 +193,10 @@ async def astream_call(
     interrupt: Interrupt | None,
     on_event: Callable[[Any], Any] | None,
     create_kwargs: dict[str, Any],
+    on_checkpoint: CheckpointCallback | None = None,
 ) -> R:
     """Stream one call on ``wire`` with an async client, on the awaiting task."""
-    job = _job(wire, client, True, interrupt, on_event, create_kwargs)
+    job = _job(wire, client, True, interrupt, on_event, create_kwargs, on_checkpoint)
     attempts = _Run(job)
     with attempts.bound():
         while True:

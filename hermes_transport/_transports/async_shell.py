@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._core.attempt import Attempt, GuardFired, shown_cause
 from .._core.body import rebuilt
+from .._core.checkpoints import CheckpointCallback
 from .._core.errors import StreamInterrupted
 from .._core.exchange import Exchange
 from .._core.flavor import concrete
@@ -62,13 +63,14 @@ class AsyncShell(Shell[_AsyncInner]):
         interrupt: Interrupt | None,
         http_transport_kwargs: dict[str, Any],
         on_stats: StatsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
     ) -> None:
         flavor = self._flavor
         self._configure(
             inner,
             policy,
             interrupt,
-            on_stats,
+            (on_stats, on_checkpoint),
             http_transport_kwargs,
             flavor.http.AsyncHTTPTransport,
             flavor.core.AsyncConnectionPool,

@@ -29,6 +29,7 @@ __all__ = [
     "profile_of",
     "record_profile",
     "transport_policy",
+    "with_checkpoints",
 ]
 
 # Settings of the connection layer. httpx.Client ignores them once a transport
@@ -45,6 +46,9 @@ TRANSPORT_SETTINGS = frozenset(
         "uds",
         "local_address",
         "socket_options",
+        # Not a connection setting, but the transport's as they are: a factory gives it
+        # to the transport it builds (see ``with_checkpoints``).
+        "on_checkpoint",
     }
 )
 # The openai SDK's own defaults (DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT).
@@ -194,6 +198,13 @@ class ClientFactory:
 
 
 _client_factories: dict[str, ClientFactory] = {}
+
+
+def with_checkpoints(kwargs: dict[str, Any], on_checkpoint: Any) -> dict[str, Any]:
+    """A factory's ``kwargs``, with its ``on_checkpoint`` for the transport it builds."""
+    if on_checkpoint is not None:
+        kwargs["on_checkpoint"] = on_checkpoint
+    return kwargs
 
 
 def profile_for(

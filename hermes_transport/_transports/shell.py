@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from .._core.checkpoints import CheckpointCallback
 from .._core.errors import in_band_answer
 from .._core.exchange import Exchange
 from .._core.flavor import Flavor, library_of, runs_on
@@ -82,6 +83,7 @@ class Shell(Generic[_Inner]):
     _policy: StreamPolicy
     _interrupt: Interrupt | None
     _on_stats: StatsCallback | None
+    _on_checkpoint: CheckpointCallback | None
     _sockets_reachable: bool
     #: Whether an MCP request the watch ends is answered in band (``_answered``): set by
     #: ``mcp_http_client_for`` for the mcp SDK, which fails only that request on it.
@@ -92,7 +94,7 @@ class Shell(Generic[_Inner]):
         inner: _Inner | None,
         policy: StreamPolicy | None,
         interrupt: Interrupt | None,
-        on_stats: StatsCallback | None,
+        callbacks: tuple[StatsCallback | None, CheckpointCallback | None],
         settings: dict[str, Any],
         http_transport: type[Any],
         pool: type[Any],
@@ -106,13 +108,17 @@ class Shell(Generic[_Inner]):
         self._sockets_reachable = track_sockets(
             self._inner, http_transport, pool, tracking_backend, name
         )
-        if on_stats is not None and not callable(on_stats):
-            raise TypeError(
-                f"{name}: on_stats must be a callable taking a StreamStats, or None;"
-                f" got {on_stats!r}"
-            )
+        on_stats, on_checkpoint = callbacks
+        for kind, given in (("StreamStats", on_stats), ("ResumeCheckpoint", on_checkpoint)):
+            if given is not None and not callable(given):
+                callback = "on_stats" if kind == "StreamStats" else "on_checkpoint"
+                raise TypeError(
+                    f"{name}: {callback} must be a callable taking a {kind}, or None;"
+                    f" got {given!r}"
+                )
         self._interrupt = interrupt
         self._on_stats = on_stats
+        self._on_checkpoint = on_checkpoint
         self._policy = policy if policy is not None else StreamPolicy.from_env()
         self._asks = WaitingAsks()  # MCP: the streams waiting for their client's answer
 
@@ -121,9 +127,17 @@ class Shell(Generic[_Inner]):
         interrupts bound where it is called."""
         policy, interrupt, on_stats = self._policy, self._interrupt, self._on_stats
         bound = bound_interrupts()
-        in_band, asks = self._in_band, self._asks
+        in_band, asks, checkpoints = self._in_band, self._asks, self._on_checkpoint
         return Exchange(
-            request, self._flavor, policy, interrupt, bound, on_stats, in_band=in_band, asks=asks
+            request,
+            self._flavor,
+            policy,
+            interrupt,
+            bound,
+            on_stats,
+            in_band=in_band,
+            asks=asks,
+            on_checkpoint=checkpoints,
         )
 
     def _answer_sent(self, exchange: Exchange) -> None:

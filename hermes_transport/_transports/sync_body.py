@@ -148,6 +148,7 @@ class WatchedStream(McpWatch):
                     whole = self._pass(chunk)
                     if whole:
                         yield whole
+                        self._asking()
                 if self._closed:
                     raise self._attempt.flavor.http.StreamClosed()
                 self._ended()

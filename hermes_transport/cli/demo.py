@@ -7,7 +7,9 @@ starting_after=N``, printed as the server saw it) and the caller reads the whole
 Last, where google-genai is installed (the ``gemini`` extra), a Gemini thinking stream
 that stays silent on its first attempt: the watchdog re-sends it after its budget, the
 plain client waits for its read timeout. And, where the mcp SDK is installed (the ``mcp``
-extra), a hung tool call cut and a stalled one resumed by its event ids (``demo_mcp``).
+extra), a hung tool call cut and a stalled one resumed by its event ids (``demo_mcp``). Last,
+a process killed mid-answer and the next one finishing it from its checkpoint
+(``demo_crash``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .._core.errors import StreamInterrupted, StreamStalled
 from .._core.policy import StreamPolicy
 from .._sdk.clients import clients_for
 from ..testing import RESPONSES_PATH, FaultServer, Scenario
+from .demo_crash import crash_part
 from .demo_mcp import mcp_part
 
 __all__ = ["run_demo"]
@@ -258,11 +261,13 @@ def run_demo(out: TextIO) -> int:
         plain.close()
     gemini = _gemini_part(out, policy)
     mcp = mcp_part(out, BUDGET, HOLD)
+    crash = crash_part(out)
     out.write(
         f"\n{len(CASES) - failures} of {len(CASES)} watchdog outcomes as expected,"
         f" the background stream {'resumed' if resumed else 'NOT resumed'}"
         + ("" if gemini else ", the Gemini stream NOT re-sent")
         + ("" if mcp else ", the MCP tool calls NOT as expected")
+        + ("" if crash else ", the crashed answer NOT finished whole")
         + f"; {time.monotonic() - demo_started:.1f} s in all.\n"
     )
-    return 1 if failures or not resumed or not gemini or not mcp else 0
+    return 1 if failures or not resumed or not gemini or not mcp or not crash else 0

@@ -36,8 +36,9 @@ at most ``hold`` seconds, for the client's answer (its ``POST``) before the rest
 The ``GET`` channel sends nothing (or the ``: keepalive`` comment every ``comment_interval``
 of the current scenario), then hangs up after its ``hold`` seconds, as a stall does.
 
-Every ``notifications/cancelled`` is kept, in order (``FaultServer.mcp_cancelled``: the
-request ids it names).
+Every ``notifications/cancelled`` is kept, in order, whatever its session (one that
+arrives after the session ended is heard too: ``FaultServer.mcp_cancelled``, the request
+ids they name).
 
 Not implemented yet: sampling and roots requests, messages on the ``GET`` channel,
 batches, the 2026 stateless envelope (``server/discover`` answers -32601).
@@ -202,6 +203,8 @@ def mcp_answer(fault: FaultServer, request: RecordedRequest) -> Answer | None:
         result = {"protocolVersion": version, "capabilities": _CAPABILITIES, "serverInfo": info}
         return 200, _result(request, result), {"Mcp-Session-Id": sessions.new()}
     session = request.headers.get(_SESSION)
+    if message.get("method") == "notifications/cancelled":
+        sessions.heard(session or "", message)  # heard, whatever the session
     if session is None:
         return 400, mcp_error(request, -32600, "Bad Request: Missing session ID"), {}
     if not sessions.known(session):
@@ -215,7 +218,8 @@ def mcp_answer(fault: FaultServer, request: RecordedRequest) -> Answer | None:
         return 405, mcp_error(None, -32600, f"Method Not Allowed: {request.method}"), {}
     method = message.get("method")
     if not isinstance(method, str) or "id" not in message:  # a notification or a response
-        sessions.heard(session, message)
+        if message.get("method") != "notifications/cancelled":  # kept above already
+            sessions.heard(session, message)
         return 202, None, {}
     if method == "ping":
         return 200, _result(request, {}), {}

@@ -406,15 +406,19 @@ def test_on_a_sync_client_an_answer_sent_from_another_thread_restarts_the_budget
                     if b"elicitation/create" in chunk:
                         line = chunk.split(b"data: ", 1)[1].split(b"\n", 1)[0]
                         ask = json.loads(line)["id"]
-                        threading.Thread(target=answer, args=(ask,), daemon=True).start()
+                        answering.append(threading.Thread(target=answer, args=(ask,)))
+                        answering[-1].start()
 
+        answering: list[threading.Thread] = []
         if not silent_after:
             read_all()
+            answering[0].join(10.0)  # its 202 may come after the rest of the stream
             assert b'"result"' in read
             assert len(answered) == 1
             return
         with pytest.raises(StreamStalled) as stalled:
             read_all()
+        answering[0].join(10.0)
     assert len(answered) == 1
     assert stalled.value.stage == "first_event"
     assert time.monotonic() - answered[0] < 5.0

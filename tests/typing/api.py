@@ -34,12 +34,14 @@ from hermes_transport import (
     Interrupt,
     McpStats,
     ModelBudget,
+    ResumeCheckpoint,
     StreamInterrupted,
     StreamPolicy,
     StreamStalled,
     StreamStats,
     ToolBudget,
     WatchdogTransport,
+    aresume_response,
     astream_chat_completion,
     astream_content,
     astream_message,
@@ -50,6 +52,7 @@ from hermes_transport import (
     http_client_for,
     mcp_http_client_for,
     openai_client_for,
+    resume_response,
     should_stream_inline,
     stream_chat_completion,
     stream_content,
@@ -250,6 +253,18 @@ def responses(client: openai.OpenAI, async_client: openai.AsyncOpenAI, token: In
     stream_response(async_client, model="m")  # type: ignore[arg-type]
     stream_response(client, on_event=len, model="m")  # type: ignore[arg-type]
 
+    kept: list[ResumeCheckpoint] = []
+    stream_response(client, on_checkpoint=kept.append, background=True, model="m")
+    checkpoint = ResumeCheckpoint.from_json(kept[-1].to_json())
+    assert_type(checkpoint.sequence_number, int)
+    assert_type(checkpoint.created_at, float | None)
+    assert_type(resume_response(client, checkpoint, on_event=on_event), Response)
+    resume_response(client, checkpoint.to_json())  # type: ignore[arg-type]
+    resume_response(async_client, checkpoint)  # type: ignore[arg-type]
+    WatchdogTransport(on_checkpoint=kept.append)
+    openai_client_for("cron", on_checkpoint=kept.append)
+    StreamPolicy(checkpoint_interval=None)
+
 
 async def async_responses(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> None:
     async def on_event(event: ResponseStreamEvent) -> None:
@@ -259,6 +274,9 @@ async def async_responses(client: openai.OpenAI, async_client: openai.AsyncOpenA
     assert_type(await astream_response(async_client, on_event=print, model="m"), Response)
 
     await astream_response(client, model="m")  # type: ignore[arg-type]
+    checkpoint = ResumeCheckpoint("resp_1", 7)
+    assert_type(await aresume_response(async_client, checkpoint, on_event=on_event), Response)
+    await aresume_response(client, checkpoint)  # type: ignore[arg-type]
 
 
 def messages(
