@@ -38,6 +38,7 @@ from .scenarios import (
     SentResponse,
 )
 from .store import ResponseStore
+from .websocket import ResponsesWebSocket
 
 __all__ = ["FaultHTTPServer", "FaultServer", "Sending"]
 
@@ -94,6 +95,7 @@ class FaultServer:
         self._stopping = threading.Event()
         self._httpd: FaultHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
+        self._websocket: ResponsesWebSocket | None = None
 
     def __enter__(self) -> FaultServer:
         return self.start()
@@ -141,6 +143,13 @@ class FaultServer:
         """The OpenAI base URL, ``http://127.0.0.1:PORT/v1`` (``https`` with TLS)."""
         scheme = "http" if self._ssl_context is None else "https"
         return f"{scheme}://{self._address[0]}:{self.port}/v1"
+
+    @property
+    def websocket_base_url(self) -> str:
+        """The Responses WebSocket base URL, ``ws://127.0.0.1:PORT2/v1``: see ``websocket.py``."""
+        with self._lock:  # started on first use, stopped by stop()
+            self._websocket = self._websocket or ResponsesWebSocket(self)
+            return self._websocket.base_url
 
     @property
     def requests(self) -> list[RecordedRequest]:
