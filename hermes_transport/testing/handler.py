@@ -36,7 +36,7 @@ from .mcp import mcp_answer, mcp_attempt, mcp_channel, mcp_error, mcp_record, mc
 from .messages import MESSAGES_PATH, messages_completion, messages_error, messages_stream
 from .responses import RESPONSES_PATH, responses_completion, responses_stream
 from .scenarios import RecordedRequest, Scenario
-from .stream import Writes, error_cut
+from .stream import Writes
 
 if TYPE_CHECKING:
     from .server import FaultHTTPServer, Sending
@@ -230,12 +230,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _play(self, scenario: Scenario, wire: WireStream, body: _Body) -> None:
         stopping = self.server.fault._stopping
-        limit = len(wire)
-        cuts = (scenario.stall_after_events, scenario.truncate_after_events)
-        for cut in (*cuts, scenario.drop_after_events, scenario.end_after_events):
-            limit = min(limit, cut) if cut is not None else limit
-        if scenario.error_event is not None:  # the error stands in for at least the last event
-            limit = error_cut(scenario.error_after_events, len(wire))
+        limit = scenario.events_played(len(wire))
         writes = Writes(body.send, scenario.write_size)
         for index in range(limit + 1):
             if index == wire.think_at < len(wire) and scenario.think:

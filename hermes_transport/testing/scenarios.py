@@ -330,6 +330,14 @@ class Scenario:
         """An HTTP 200 stream that fails with the wire's error event after ``after_events``."""
         return cls(error_event=kind, error_after_events=after_events, message=message)
 
+    def events_played(self, total: int) -> int:
+        """How many of a stream's ``total`` events come before this scenario's fault (an
+        in-stream error stands in for at least the last one)."""
+        if self.error_event is not None:
+            return max(0, min(self.error_after_events, total - 1))  # as ``stream.error_cut``
+        cuts = (self.stall_after_events, self.truncate_after_events, self.drop_after_events)
+        return min([total, *(cut for cut in (*cuts, self.end_after_events) if cut is not None)])
+
     def for_attempt(self, attempt: int) -> Scenario:
         """The scenario that answers attempt number ``attempt`` (0-based)."""
         if 0 <= attempt < self.stall_attempts:

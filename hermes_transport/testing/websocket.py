@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Any
 from .chat import chat_error
 from .responses import ResponsesStream, responses_stream
 from .scenarios import RecordedRequest, Scenario
-from .stream import error_cut
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -253,12 +252,7 @@ class _Turn:
 
     def play(self, scenario: Scenario, wire: ResponsesStream) -> None:
         """The turn's events under the scenario's faults (see the module's docstring)."""
-        limit = len(wire)
-        cuts = (scenario.stall_after_events, scenario.truncate_after_events)
-        for cut in (*cuts, scenario.drop_after_events, scenario.end_after_events):
-            limit = min(limit, cut) if cut is not None else limit
-        if scenario.error_event is not None:  # the error stands in for at least the last event
-            limit = error_cut(scenario.error_after_events, len(wire))
+        limit = scenario.events_played(len(wire))
         for index in range(limit + 1):
             if index == wire.think_at < len(wire) and scenario.think:
                 self.wait(scenario.think, wire, scenario.keepalive_interval)
