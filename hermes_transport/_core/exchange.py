@@ -37,10 +37,9 @@ from .guard import Guard
 from .interrupt import Interrupt
 from .mcp import answer_id, mcp_stats
 from .mcp_asks import WaitingAsks
-from .mcp_resume import McpResumable
+from .mcp_resume import AnyResumable
 from .policy import StreamPolicy
 from .progress import ProgressMeter, is_event_stream
-from .resume import Resumable
 from .stats import Outcome, StatsCallback, StreamRecord, StreamStats
 from .wires import ErrorEvent
 
@@ -128,7 +127,7 @@ class Exchange:
         self._event_stream = False  # a response was an event stream (reported as a stream)
         self._meter: ProgressMeter | None = None  # the latest attempt's, once it is answered
         #: How to resume the stream, if it can be (a background Responses one).
-        self.resumable: Resumable | McpResumable | None = (
+        self.resumable: AnyResumable | None = (
             resumable_of(request, self._wire, payload, mcp, flavor.http) if streaming else None
         )
         self._hint = (

@@ -23,9 +23,10 @@ from .mcp import McpCall
 from .resume import CANCEL_TIMEOUT, Resumable
 
 if TYPE_CHECKING:
+    from .guard import Guard
     from .progress import ProgressMeter
 
-__all__ = ["AnyResumable", "McpResumable"]
+__all__ = ["AnyResumable", "McpResumable", "unanswered_cancel"]
 
 # Headers not carried over: the body's (the resume has none, the cancel its own), and
 # those the resume and the cancel set.
@@ -97,3 +98,23 @@ class McpResumable:
 
 #: A stream that can be resumed: a background Responses one, or an MCP request's.
 AnyResumable = Resumable | McpResumable
+
+
+def unanswered_cancel(
+    resumable: object, guard: Guard | None, cancel_on_interrupt: bool
+) -> httpx.Request | None:
+    """The ``notifications/cancelled`` for an MCP request (``resumable``) given up before
+    its response came (``guard``: its last attempt's), once it may have reached the server:
+    after an interrupt (unless not ``cancel_on_interrupt``), or a stall of a request with
+    effects (the client has an error for it and will not cancel it). ``None``: nothing to
+    send (a stream given up later sends its own; one at most either way)."""
+    if not isinstance(resumable, McpResumable) or guard is None:
+        return None
+    if guard.fired_stage not in ("sending", "headers", "first_event"):
+        return None  # not sent yet
+    if guard.fired == "interrupted":
+        wanted = cancel_on_interrupt
+    else:
+        wanted = guard.fired == "stalled" and resumable.cancels_given_up(False)
+    reason = guard.reason or f"the stream {guard.fired}"
+    return resumable.cancel_from(None, reason) if wanted else None

@@ -15,22 +15,15 @@ suspended for an ask; an ask whose id is not a string or an integer waits for no
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from .clock import monotonic
-from .errors import StreamStalled, in_band_answer
+from .errors import in_band_answer
 from .progress import ProgressMeter
 from .resume import WholeEvents
 from .resuming import ResumingWatch
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["McpWatch"]
-
-logger = logging.getLogger("hermes_transport")
 
 
 class McpWatch(ResumingWatch):
@@ -62,11 +55,12 @@ class McpWatch(ResumingWatch):
         asks = self._asks
         assert asks is not None
         waiting, exchange = self._waiting, self._exchange
-        session = exchange.session
-        for ask in asks[self._asks_seen :]:
-            if ask is not None and exchange.asks is not None:
-                waiting.add(ask)
-                exchange.asks.wait(session, ask, self._answer_sent)
+        registry = exchange.asks
+        if registry is not None:
+            for ask in asks[self._asks_seen :]:
+                if ask is not None:
+                    waiting.add(ask)
+                    registry.wait(exchange.session, ask, self._answer_sent)
         self._asks_seen = len(asks)
         if waiting:
             self._guard.deadline = None  # the watchdog lets go of it
@@ -92,16 +86,17 @@ class McpWatch(ResumingWatch):
         """As ``BodyWatch._report``; an MCP request's statistics get its stream's counts."""
         record, scanner = self._exchange.record, self._scanner
         if record.mcp is not None and self._asks is not None and scanner is not None:
-            counts = (scanner.progress_notes, scanner.logs, len(self._asks))
-            record.mcp = replace(record.mcp, progress=counts[0], logs=counts[1], asks=counts[2])
+            progress, logs, asks = scanner.progress_notes, scanner.logs, len(self._asks)
+            record.mcp = replace(record.mcp, progress=progress, logs=logs, asks=asks)
         super()._report()
 
     def _drop(self) -> None:
         if self._asks is not None:
             exchange = self._exchange
-            for ask in self._waiting:
-                if exchange.asks is not None:
-                    exchange.asks.forget(exchange.session, ask)
+            registry = exchange.asks
+            if registry is not None:
+                for ask in self._waiting:
+                    registry.forget(exchange.session, ask)
             self._waiting.clear()
         super()._drop()
 
@@ -114,18 +109,6 @@ class McpWatch(ResumingWatch):
             return None
         error.__cause__ = cause  # as raising it from its cause would (``stream_error``)
         return b"\n\n" + event
-
-    def _answer_for(self, outcome: tuple[BaseException, BaseException | None]) -> bytes | None:
-        """What to pass up in place of raising ``outcome`` (an error and its cause) at the
-        end of a resumable stream: the answer in band (``_in_band``), if the request is
-        answered so; else ``None``, and a stall about to reach the caller is logged (the
-        exchange logs one it takes)."""
-        answer = self._in_band(*outcome)
-        error = outcome[0]
-        if answer is None and isinstance(error, StreamStalled):
-            attempt = self._attempt
-            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
-        return answer
 
     def _pass(self, chunk: bytes) -> bytes:
         """As ``ResumingWatch._pass``; and while an ask waits, the budget stays suspended."""

@@ -26,7 +26,7 @@ from .checkpoints import Checkpoints
 from .clock import monotonic
 from .errors import StreamStalled
 from .guard import Guard
-from .mcp_resume import McpResumable
+from .mcp_resume import AnyResumable
 from .progress import ProgressMeter, is_event_stream
 from .resume import (
     RETRY_AFTER_LIMIT,
@@ -65,17 +65,11 @@ class ResumingWatch(BodyWatch):
         super().__init__(guard, attempt, meter, stale, arm, exchange)
         call, resumable = exchange.call, self._resumable
         callback = call.on_checkpoint if call is not None else None
-        self._checkpoints = (
-            Checkpoints(
-                callback,
-                exchange.policy.checkpoint_interval,
-                exchange.budgets.model,
-                resumable.response_id,
-                resumable.after,
-            )
-            if callback is not None and isinstance(resumable, Resumable)
-            else None
-        )
+        self._checkpoints: Checkpoints | None = None
+        if callback is not None and isinstance(resumable, Resumable):
+            interval, model = exchange.policy.checkpoint_interval, exchange.budgets.model
+            known, after = resumable.response_id, resumable.after
+            self._checkpoints = Checkpoints(callback, interval, model, known, after)
         self._had = -1  # the last event the caller had finished with (see ``_asking``)
         self._begin(meter)
 
@@ -241,6 +235,23 @@ class ResumingWatch(BodyWatch):
             refused.error if refused is not None else cause
         )
 
+    def _in_band(self, error: BaseException, cause: BaseException | None) -> bytes | None:
+        """What to pass up in the server's place when ``error`` ends the request, if it is
+        answered in band (``McpWatch``); ``None``: raise ``error``."""
+        return None
+
+    def _answer_for(self, outcome: tuple[BaseException, BaseException | None]) -> bytes | None:
+        """What to pass up in place of raising ``outcome`` (an error and its cause) at the
+        end of a resumable stream: the answer in band (``_in_band``), if the request is
+        answered so; else ``None``, and a stall about to reach the caller is logged (the
+        exchange logs one it takes)."""
+        answer = self._in_band(*outcome)
+        error = outcome[0]
+        if answer is None and isinstance(error, StreamStalled):
+            attempt = self._attempt
+            logger.warning("%s %s: %s", attempt.request.method, attempt.url, error)
+        return answer
+
     def _held_failed(self, failure: BaseException | None, outcome: Consequence) -> None:
         """Before the first output, the stream could not be resumed: raise what the
         exchange takes (a stall is then re-sent as any stall before the first output; an
@@ -280,7 +291,7 @@ class ResumingWatch(BodyWatch):
         self._cancelled = request is not None
         return request
 
-    def _abandoned(self, resumable: Resumable | McpResumable, meter: ProgressMeter) -> bool:
+    def _abandoned(self, resumable: AnyResumable, meter: ProgressMeter) -> bool:
         """Whether this stream was given up with its work still running: it stalled, or a
         resume of it was refused (not for want of such a stream, a 404), and the resumable
         says a stall given up cancels it (``cancels_given_up``); never once an error event

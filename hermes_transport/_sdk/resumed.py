@@ -105,14 +105,6 @@ async def aresume_response(
         return _unstreamed(exc, checkpoint, stored)
 
 
-def _check(checkpoint: object) -> None:
-    if not isinstance(checkpoint, ResumeCheckpoint):
-        raise TypeError(
-            f"checkpoint must be a ResumeCheckpoint (ResumeCheckpoint.from_json() reads"
-            f" a stored one), got {type(checkpoint).__name__}"
-        )
-
-
 @contextmanager
 def _bound(client: Any, interrupt: Interrupt | None) -> Iterator[None]:
     """The interrupts of the call (``interrupt`` and the client's own) bound around the
@@ -200,8 +192,11 @@ class _Retrieve:
 def _resumed(checkpoint: object) -> SdkWire[Response]:
     """The wire of the resume of ``checkpoint``'s stream (a ``TypeError`` for anything but
     a ``ResumeCheckpoint``)."""
-    _check(checkpoint)
-    assert isinstance(checkpoint, ResumeCheckpoint)
+    if not isinstance(checkpoint, ResumeCheckpoint):
+        raise TypeError(
+            f"checkpoint must be a ResumeCheckpoint (ResumeCheckpoint.from_json() reads"
+            f" a stored one), got {type(checkpoint).__name__}"
+        )
     return SdkWire(
         sdk="openai",
         runner="resume_response",

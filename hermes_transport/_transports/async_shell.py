@@ -27,6 +27,7 @@ from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt
+from .._core.mcp_resume import unanswered_cancel
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.async_backend import AsyncTrackingBackend
@@ -109,7 +110,9 @@ class AsyncShell(Shell[_AsyncInner]):
                         await apause(exchange.backoff, exchange.tokens, watcher)
                     continue
                 exchange.gave_up(error)
-                cancel = self._unanswered_cancel(exchange)
+                cancel = unanswered_cancel(
+                    exchange.resumable, exchange.guard, exchange.policy.cancel_on_interrupt
+                )
                 if cancel is not None:  # on a task of its own: after the caller has its error
                     work = partial(cancel_response, self._sender(watcher), watcher, cancel)
                     await self._detached.start(watcher, work)

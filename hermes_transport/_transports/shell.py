@@ -17,7 +17,6 @@ from .._core.exchange import Exchange
 from .._core.flavor import Flavor, library_of, runs_on
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.mcp_asks import WaitingAsks
-from .._core.mcp_resume import McpResumable
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.backend import refuse_http2, track_sockets
@@ -109,12 +108,13 @@ class Shell(Generic[_Inner]):
             self._inner, http_transport, pool, tracking_backend, name
         )
         on_stats, on_checkpoint = callbacks
-        for kind, given in (("StreamStats", on_stats), ("ResumeCheckpoint", on_checkpoint)):
+        for field, given, kind in (
+            ("on_stats", on_stats, "StreamStats"),
+            ("on_checkpoint", on_checkpoint, "ResumeCheckpoint"),
+        ):
             if given is not None and not callable(given):
-                callback = "on_stats" if kind == "StreamStats" else "on_checkpoint"
                 raise TypeError(
-                    f"{name}: {callback} must be a callable taking a {kind}, or None;"
-                    f" got {given!r}"
+                    f"{name}: {field} must be a callable taking a {kind}, or None; got {given!r}"
                 )
         self._interrupt = interrupt
         self._on_stats = on_stats
@@ -146,24 +146,6 @@ class Shell(Generic[_Inner]):
         server has all it will get)."""
         if exchange.answers is not None:
             self._asks.answered(exchange.session, exchange.answers)
-
-    def _unanswered_cancel(self, exchange: Exchange) -> Any:
-        """The ``notifications/cancelled`` for an MCP request given up before its response
-        came, once it may have reached the server: after an interrupt (unless
-        ``cancel_on_interrupt=False``), or a stall of a request with effects (nobody
-        else will cancel it: the client has an error for it). ``None``: nothing to send
-        (a stream given up later sends its own, once)."""
-        resumable, guard = exchange.resumable, exchange.guard
-        if not isinstance(resumable, McpResumable) or guard is None:
-            return None
-        if guard.fired_stage not in ("sending", "headers", "first_event"):
-            return None  # not sent yet
-        if guard.fired == "interrupted":
-            wanted = exchange.policy.cancel_on_interrupt
-        else:
-            wanted = guard.fired == "stalled" and resumable.cancels_given_up(False)
-        reason = guard.reason or f"the stream {guard.fired}"
-        return resumable.cancel_from(None, reason) if wanted else None
 
     def _answered(self, request: Any, exchange: Exchange, error: BaseException) -> Any:
         """The response written in the server's place for a stalled or interrupted MCP

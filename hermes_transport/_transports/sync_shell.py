@@ -20,6 +20,7 @@ from .._core.exchange import Exchange
 from .._core.flavor import concrete
 from .._core.guard import Guard, current_guard
 from .._core.interrupt import Interrupt
+from .._core.mcp_resume import unanswered_cancel
 from .._core.policy import StreamPolicy
 from .._core.stats import StatsCallback
 from .._io.backend import TrackingBackend, reach_untracked
@@ -97,7 +98,9 @@ class SyncShell(Shell[_SyncInner]):
                         pause(exchange.backoff, exchange.tokens)
                     continue
                 exchange.gave_up(error)
-                cancel = self._unanswered_cancel(exchange)
+                cancel = unanswered_cancel(
+                    exchange.resumable, exchange.guard, exchange.policy.cancel_on_interrupt
+                )
                 if cancel is not None:  # on this thread, the only one, before the error
                     send_cancel(self._sent, cancel)
                 answer = self._answered(request, exchange, error)
