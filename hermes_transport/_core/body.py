@@ -312,10 +312,10 @@ class BodyWatch:
         return "closed", None, None
 
     def _cut_after_done(self) -> bool:
-        """Whether the body was cut only because its end did not follow ``[DONE]`` in time:
-        then it ends there, cleanly (its connection is closed, not pooled)."""
+        """Whether the body was cut only because its end did not follow ``[DONE]`` in time
+        (read on, or drained at close): it ends there, cleanly (its connection closed)."""
         guard = self._guard
-        return guard.fired == "stalled" and guard.fired_stage == "after_done"
+        return guard.fired == "stalled" and guard.fired_stage in ("after_done", "draining")
 
     def _failure(self, exc: BaseException, *, log: bool = True) -> Exception | None:
         """The error to raise instead of ``exc`` (the body is already closed), if any; a

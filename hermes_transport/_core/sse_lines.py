@@ -266,7 +266,8 @@ class EventParser:
                 method = message_method(data)
                 self.progress_notes += method == "notifications/progress"
                 self.logs += method == "notifications/message"
-            self.finished = self.finished or kind == "end"
+            if kind == "end":  # the response: nothing more comes, whatever follows it (a
+                self.finished = self.done = True  # server's replay may stay open)
             return
         number = sequence_number(data)
         if number is not None:

@@ -237,16 +237,16 @@ def test_a_priming_event_is_a_heartbeat_and_no_progress(heartbeat: bool) -> None
     ("chunks", "done", "finished"),
     [
         ([body((RESULT,))], True, True),
-        ([body((RESULT,), (PROGRESS,))], False, True),
+        ([body((RESULT,), (PROGRESS,))], True, True),
         ([body((RESULT,)), body((PROGRESS,))], True, True),
         ([body((PROGRESS,))], False, False),
     ],
     ids=["result-last", "result-then-progress", "result-then-a-read", "no-result"],
 )
-def test_finished_holds_once_a_response_came_even_where_done_does_not(
+def test_finished_and_done_hold_once_a_response_came(
     chunks: list[bytes], done: bool, finished: bool
 ) -> None:
-    """``finished`` says a response completed at all, even followed by events in its read, where ``done`` follows the end rule."""
+    """``finished`` and ``done`` hold once a response completed, even followed by events in its read: on MCP nothing more is waited for after the response."""
     scanner = scanned(chunks)
     assert (scanner.done, scanner.finished) == (done, finished)
 
@@ -842,3 +842,16 @@ def test_any_other_request_is_resumable_as_resumable_for_says(
     assert found == resumable_for(request, wire, parsed, httpx)
     assert (found is not None) is resumable
     assert not isinstance(found, McpResumable)
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_tracked_stream_is_done_once_its_response_came_whatever_follows(ending: str) -> None:
+    """An MCP response followed in the same read by a server's priming event (a replay that stays open) ends the stream: nothing more is waited for."""
+    response = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    raw = body((f"data: {response}",), ("id: 9", "data:"), ending=ending)
+    scanner = SSEScanner((), "mcp", track=True)
+    scanner.feed(raw)
+    assert (scanner.finished, scanner.done, scanner.heartbeats) == (True, True, 1)
+    untracked = SSEScanner((), "mcp")
+    untracked.feed(raw)
+    assert not untracked.done  # the end rule as before: an event after the end

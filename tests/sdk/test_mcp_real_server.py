@@ -263,9 +263,18 @@ def nap_through(
             if stop is not None:
                 stop.reset()
             assert texts(await client.call_tool("echo", {"text": "after"})) == ["after"]
+            # The SDK closes the nap's stream on a task of its own, maybe later still: its
+            # statistics come then (bounded, on a busy machine).
+            deadline = time.monotonic() + 5.0
+            while not _nap_reported(reported) and time.monotonic() < deadline:
+                await anyio.sleep(0.01)
             return outcome
 
     return run_bounded(main)
+
+
+def _nap_reported(reported: list[StreamStats]) -> bool:
+    return any(s.mcp is not None and s.mcp.tool == "nap" for s in reported)
 
 
 def tool_call_stats(reported: list[StreamStats]) -> StreamStats:

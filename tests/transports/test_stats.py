@@ -301,3 +301,19 @@ def test_a_stall_after_a_burst_says_what_is_known_of_its_events(
     assert found is not None, message
     assert 1 <= int(found.group(1)) < 4000
     assert int(found.group(2)) == ended(server).body_bytes
+
+
+def test_a_body_whose_end_does_not_follow_done_in_time_is_reported_completed(
+    flavor: Flavor, server: FaultServer
+) -> None:
+    """A caller that closes after [DONE] while the server holds the body open past the drain's bound gets a stream reported completed, not stalled: the answer was whole."""
+    server.scenario = replace(Scenario.healthy(), linger_after_done=2.0)
+    recorder = Recorder()
+    with _client(flavor, recorder, StreamPolicy(stale_timeout=5.0), Interrupt()) as client:
+        with client.stream("POST", server.base_url + CHAT, json=chat_body()) as response:
+            read = b""
+            for chunk in response.iter_bytes():
+                read += chunk
+                if b"[DONE]" in read:
+                    break  # closed here: the close drains what follows, for at most 50 ms
+    assert fields(recorder.one, "outcome stage error") == ("completed", None, None)
