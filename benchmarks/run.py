@@ -42,12 +42,13 @@ NAMES = (
     "wires",
     "gemini",
     "mcp",
+    "websocket",
 )
 # benchmarks.flavor.FLAVORS and FLAVOR_VARIABLE, for the same reason.
 FLAVORS = ("httpx", "httpx2")
 FLAVOR_VARIABLE = "HERMES_BENCH_FLAVOR"
 #: What the environment installs; part of its fingerprint, so that a change reinstalls.
-INSTALL = ("-e", ".[httpx2,gemini,mcp]", "openai")
+INSTALL = ("-e", ".[httpx2,gemini,mcp,websocket]", "openai")
 
 
 def _python(env_dir: Path) -> Path:

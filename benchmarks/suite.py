@@ -32,6 +32,7 @@ FIGURES = {
     "wires": "benchmarks.fig_wires",
     "gemini": "benchmarks.fig_gemini",
     "mcp": "benchmarks.fig_mcp",
+    "websocket": "benchmarks.fig_websocket",
 }
 
 

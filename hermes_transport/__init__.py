@@ -14,7 +14,10 @@ the same for one response of OpenAI's Responses API, ``stream_message`` and
 anthropic SDK, which is optional). ``genai_client_for`` builds a Google
 ``google-genai`` client (optional too) whose sync and async calls are watched, and
 ``stream_content`` and ``astream_content`` stream one Gemini answer on it;
-``mcp_http_client_for`` an httpx2 client for the ``mcp`` SDK's streamable HTTP client.
+``mcp_http_client_for`` an httpx2 client for the ``mcp`` SDK's streamable HTTP client;
+``watch_connection`` and ``awatch_connection`` watch the turns of a Responses WebSocket
+(``client.responses.connect()``), ``awatch_websocket`` a bare ``websockets`` one that its
+client drives itself (the Agents SDK's).
 ``hermes_transport.httpx2`` has the
 transports and http client factories on httpx2; ``hermes_transport.testing`` a
 loopback fault server.
@@ -40,6 +43,7 @@ from ._flavors.httpx import (
     http_client_for,
 )
 from ._io.metrics import OpenTelemetryMetrics
+from ._sdk.awebsocket import AsyncWatchedConnection, awatch_connection
 from ._sdk.chat import astream_chat_completion, stream_chat_completion
 from ._sdk.clients import async_openai_client_for, openai_client_for
 from ._sdk.gemini import genai_client_for
@@ -48,6 +52,8 @@ from ._sdk.mcp import mcp_http_client_for
 from ._sdk.messages import astream_message, stream_message
 from ._sdk.responses import astream_response, stream_response
 from ._sdk.resumed import ResponseGone, aresume_response, resume_response
+from ._sdk.websocket import WatchedConnection, watch_connection
+from ._sdk.websocket_raw import WatchedWebSocket, awatch_websocket
 
 __version__ = "0.1.0"
 
@@ -56,6 +62,7 @@ logging.getLogger("hermes_transport").addHandler(logging.NullHandler())
 
 __all__ = [
     "AsyncWatchdogTransport",
+    "AsyncWatchedConnection",
     "BudgetRules",
     "CallBudgets",
     "DefaultSeconds",
@@ -71,6 +78,8 @@ __all__ = [
     "StreamStats",
     "ToolBudget",
     "WatchdogTransport",
+    "WatchedConnection",
+    "WatchedWebSocket",
     "aresume_response",
     "astream_chat_completion",
     "astream_content",
@@ -78,6 +87,8 @@ __all__ = [
     "astream_response",
     "async_http_client_for",
     "async_openai_client_for",
+    "awatch_connection",
+    "awatch_websocket",
     "genai_client_for",
     "http_client_for",
     "mcp_http_client_for",
@@ -89,6 +100,7 @@ __all__ = [
     "stream_error",
     "stream_message",
     "stream_response",
+    "watch_connection",
 ]
 
 # Shown, documented and pickled under the public name, not the private module

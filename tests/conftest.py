@@ -22,6 +22,7 @@ from _support import (
     ignore_abandoned_async_generators,
     load_flavor,
 )
+from _ws_support import MODES, Drivers
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -150,3 +151,11 @@ def sdk_abandons_async_generators(anyio_backend: str) -> None:
     """On trio with openai 2.x and 3.x, every stream that ends leaves the chain behind."""
     if anyio_backend == "trio" and OPENAI_MAJOR >= 2:
         ignore_abandoned_async_generators()
+
+
+@pytest.fixture(params=MODES)
+def ws_drivers(request: pytest.FixtureRequest) -> Iterator[Drivers]:
+    """Watched Responses WebSockets, sync then async; each closed after the test."""
+    made = Drivers(request.param)
+    yield made
+    made.close()

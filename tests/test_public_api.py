@@ -151,6 +151,14 @@ def test_an_httpx2_stall_is_caught_by_handlers_of_either_library(base: type) -> 
             "(context, *, flavor=None, policy=None, interrupt=None, on_stats=None,"
             " **client_kwargs)",
         ),
+        *[
+            (watch, "(connection, *, policy=None, interrupt=None, on_stats=None)")
+            for watch in (hermes_transport.watch_connection, hermes_transport.awatch_connection)
+        ],
+        (
+            hermes_transport.awatch_websocket,
+            "(websocket, *, policy=None, interrupt=None, on_stats=None, reopen=None)",
+        ),
         (
             hermes_transport.mcp_http_client_for,
             "(context, *, policy=None, interrupt=None, on_stats=None, **client_kwargs)",

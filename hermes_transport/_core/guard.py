@@ -132,7 +132,8 @@ class Guard:
         self._was_behind = False  # this overdue deadline's caller was last seen behind
 
     def bind(self, tokens: Sequence[Interrupt]) -> bool:
-        """Register with interrupt tokens; ``False`` (and fired) if one is already interrupted."""
+        """Register with interrupt tokens (more of them on each call); ``False`` (and fired)
+        if one is already interrupted."""
         registered: list[Interrupt] = []
         for token in tokens:
             if not token._register(self):
@@ -143,7 +144,7 @@ class Guard:
                 self.reason = token.reason or "interrupted"
                 return False
             registered.append(token)
-        self._tokens = registered
+        self._tokens = [*self._tokens, *registered] if self._tokens else registered
         return True
 
     def budget_from_connection(self, budget: float, arm: Callable[[Guard], None]) -> None:

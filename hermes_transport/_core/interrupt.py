@@ -152,6 +152,6 @@ class Interrupt:
 _bound: ContextVar[tuple[Interrupt, ...]] = ContextVar("hermes_transport_interrupts", default=())
 
 
-def bound_interrupts() -> tuple[Interrupt, ...]:
-    """The tokens bound in the current context, innermost last."""
-    return _bound.get()
+#: The tokens bound in the current context, innermost last: the context variable's own
+#: ``get`` (no Python frame: every read of a watched WebSocket asks).
+bound_interrupts: Callable[[], tuple[Interrupt, ...]] = _bound.get

@@ -26,6 +26,7 @@ Stage = Literal[
     "draining",  # reading the end of a body after [DONE] so its connection is pooled
     "after_done",  # the caller reads on after [DONE]
     "waiting",  # the runner waits for its worker thread
+    "between_turns",  # a watched WebSocket waits with no turn under way
 ]
 
 STAGE_WORDS: Mapping[Stage, str] = MappingProxyType(
@@ -41,6 +42,7 @@ STAGE_WORDS: Mapping[Stage, str] = MappingProxyType(
         "draining": "reading the end of the body",
         "after_done": "waiting for the end of the body after [DONE]",
         "waiting": "waiting for the worker thread",
+        "between_turns": "waiting between turns",
     }
 )
 

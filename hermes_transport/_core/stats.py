@@ -70,7 +70,11 @@ class StreamStats:
     ``GAP_RESOLUTION``). ``attempts`` counts the sends of this request, resumes
     included; ``resends`` and ``resumes`` those among them. ``budgets`` are the
     budgets the call got; ``mcp``, an MCP request's method, tool and message counts
-    (``McpStats``; ``None`` on every other wire). ``outcome`` says how it ended; ``stage`` where it
+    (``McpStats``; ``None`` on every other wire). ``transport`` is what carried it:
+    ``"http"``, or ``"websocket"`` for one turn of a watched Responses WebSocket
+    (``watch_connection``: then ``method`` is ``"WEBSOCKET"``, ``status`` and ``headers``
+    are ``None``, and a turn's ``attempts`` count its re-sends and its resumes over
+    HTTP). ``outcome`` says how it ended; ``stage`` where it
     stalled or was interrupted, as finely as the watchdog saw it
     (``connecting``, ``headers``, ``first_event``, ``mid_stream``, ...: a
     ``StreamStalled`` says only ``first_event`` or ``mid_stream``); ``error``
@@ -107,6 +111,7 @@ class StreamStats:
     gap_p99: float | None
     budgets: CallBudgets
     mcp: McpStats | None = None
+    transport: str = "http"
 
 
 def ending_of(
@@ -156,6 +161,7 @@ class StreamRecord:
         "started",
         "status",
         "tls",
+        "transport",
         "wire",
     )
 
@@ -174,6 +180,7 @@ class StreamRecord:
         self.server_address = request.url.host
         self.attempts = 0  # sent, resumes included
         self.wire = wire
+        self.transport = "http"  # what carried it (see StreamStats.transport)
         self.budgets = budgets
         self._callback = callback
         self.finished = False  # ``finish`` has run
@@ -267,6 +274,7 @@ class StreamRecord:
             gap_p99=gaps.percentile(0.99),
             budgets=self.budgets,
             mcp=self.mcp,
+            transport=self.transport,
         )
         callback = self._callback
         if callback is not None:

@@ -1,24 +1,22 @@
 """The wires agents speak, and what each of their events means to the watch.
 
-Owns the event classes (``output``, ``preamble``, ``heartbeat``, ``error``, ``end``),
-the tables that sort each wire's event types into them, and ``ErrorEvent``:
-an error event that arrived before any output, and whether it says the
-server failed transiently (then the transport sends the request again).
-Pure tables and functions; the scanner (``sse``) calls ``classify`` once per
-completed event, never per chunk, and only on the wires that need it.
+Owns the event classes (``output``, ``preamble``, ``heartbeat``, ``error``, ``end``), the
+tables that sort each wire's event types into them, and ``ErrorEvent``: an error event that
+arrived before any output, and whether it says the server failed transiently (then the
+transport sends the request again). Pure; the scanner (``sse``) calls ``classify`` once per
+completed event, never per chunk, and only on the wires that need it (``read_types``: the
+types it reads on a wire).
 
-Only ``output`` and ``end`` events are progress. A ``preamble`` event
-(Responses' lifecycle events, Anthropic's ``message_start``, the opening of
-an item or block that carries no content yet) and a ``heartbeat`` neither end
-the first-event wait nor reset the stale one: a model thinking silently
-behind them is covered by the first-event budget. An ``error`` event before
-any output is handed to the exchange; after output it is progress like any
-other event (the SDK raises on it; nothing is re-sent). An ``end`` event ends
-the stream only as the last complete event of its read (``sse``'s end rule).
-Gemini's events are untyped, each a ``GenerateContentResponse``: output when a
-candidate's part holds content (a thought summary too), an end when every
-candidate has its ``finishReason``, an error (``{"error": ...}``), else preamble
-(a chunk of usage only, or prompt feedback).
+Only ``output`` and ``end`` events are progress. A ``preamble`` event (Responses' lifecycle
+events, Anthropic's ``message_start``, the opening of an item or block that carries no
+content yet) and a ``heartbeat`` neither end the first-event wait nor reset the stale one: a
+model thinking silently behind them is covered by the first-event budget. An ``error`` event
+before any output is handed to the exchange; after output it is progress like any other
+event (the SDK raises on it; nothing is re-sent). An ``end`` event ends the stream only as
+the last complete event of its read (``sse``'s end rule). Gemini's events are untyped, each
+a ``GenerateContentResponse``: output when a candidate's part holds content (a thought
+summary too), an end when every candidate has its ``finishReason``, an error (``{"error":
+...}``), else preamble (a chunk of usage only, or prompt feedback).
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ __all__ = [
     "Wire",
     "classify",
     "leading_type",
+    "read_types",
     "response_id",
     "sequence_number",
     "sure_output",
@@ -156,6 +155,11 @@ def leading_type(data: bytes) -> bytes | None:
     """The leading ``"type"`` of a JSON object's text, if it starts with one."""
     match = _LEADING_TYPE.match(data)
     return match.group(1) if match is not None else None
+
+
+def read_types(wire: Wire) -> frozenset[bytes]:
+    """The event types ``classify`` reads on ``wire``: any other but a heartbeat is output."""
+    return _READ.get(wire, frozenset())
 
 
 def sure_output(wire: Wire, event_type: bytes) -> bool:

@@ -28,6 +28,7 @@ from typing_extensions import assert_type
 import hermes_transport
 from hermes_transport import (
     AsyncWatchdogTransport,
+    AsyncWatchedConnection,
     BudgetRules,
     CallBudgets,
     DefaultSeconds,
@@ -41,6 +42,8 @@ from hermes_transport import (
     StreamStats,
     ToolBudget,
     WatchdogTransport,
+    WatchedConnection,
+    WatchedWebSocket,
     aresume_response,
     astream_chat_completion,
     astream_content,
@@ -48,6 +51,8 @@ from hermes_transport import (
     astream_response,
     async_http_client_for,
     async_openai_client_for,
+    awatch_connection,
+    awatch_websocket,
     genai_client_for,
     http_client_for,
     mcp_http_client_for,
@@ -59,6 +64,7 @@ from hermes_transport import (
     stream_error,
     stream_message,
     stream_response,
+    watch_connection,
 )
 from hermes_transport import httpx2 as ht2
 from hermes_transport.testing import FaultServer, RecordedRequest, Scenario
@@ -277,6 +283,37 @@ async def async_responses(client: openai.OpenAI, async_client: openai.AsyncOpenA
     checkpoint = ResumeCheckpoint("resp_1", 7)
     assert_type(await aresume_response(async_client, checkpoint, on_event=on_event), Response)
     await aresume_response(client, checkpoint)  # type: ignore[arg-type]
+
+
+def websocket(client: openai.OpenAI, token: Interrupt) -> None:
+    stats: list[StreamStats] = []
+    watched = watch_connection(
+        client.responses.connect(), policy=StreamPolicy(), interrupt=token, on_stats=stats.append
+    )
+    assert_type(watched, WatchedConnection)
+    with watched as conn:
+        assert_type(conn, WatchedConnection)
+        assert_type(conn.recv_bytes(), bytes)
+        conn.close(code=1000, reason="done")
+    watch_connection(client.responses.connect(), policy=60)  # type: ignore[arg-type]
+    watch_connection(client.responses.connect(), on_stats=token)  # type: ignore[arg-type]
+
+
+async def async_websocket(client: openai.AsyncOpenAI) -> None:
+    async with awatch_connection(client.responses.connect()) as conn:
+        assert_type(conn, AsyncWatchedConnection)
+        assert_type(await conn.recv_bytes(), bytes)
+
+    async def reopen() -> object:
+        return object()
+
+    def not_awaitable() -> object:
+        return object()
+
+    bare = awatch_websocket(object(), policy=StreamPolicy(), reopen=reopen)
+    assert_type(bare, WatchedWebSocket)
+    assert_type(await bare.recv(), str | bytes)
+    awatch_websocket(object(), reopen=not_awaitable)  # type: ignore[arg-type]
 
 
 def messages(
