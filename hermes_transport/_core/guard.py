@@ -136,6 +136,8 @@ class Guard:
         if one is already interrupted."""
         registered: list[Interrupt] = []
         for token in tokens:
+            if token in self._tokens:
+                continue
             if not token._register(self):
                 for done in registered:
                     done._unregister(self)
@@ -146,6 +148,12 @@ class Guard:
             registered.append(token)
         self._tokens = [*self._tokens, *registered] if self._tokens else registered
         return True
+
+    def unbind(self, tokens: Sequence[Interrupt]) -> None:
+        """Leave these tokens (bound for one read of a longer-lived guard). Owner only."""
+        for token in tokens:
+            token._unregister(self)
+        self._tokens = [token for token in self._tokens if token not in tokens]
 
     def budget_from_connection(self, budget: float, arm: Callable[[Guard], None]) -> None:
         """Start the deadline (``budget`` seconds, armed with ``arm``) only when the

@@ -41,14 +41,14 @@ def plan_for(turn: Turn | None, policy: StreamPolicy, can_reopen: bool) -> tuple
     died, cut by its guard or dropped; with why not, for the error."""
     if turn is None:
         return "raise", ""
-    if not turn.outputs:
+    if turn.background and turn.response_id is not None and policy.resumes:
+        return "resume", ""  # running on the server: a second one would be billed again
+    if not (turn.outputs or turn.shown):
         if turn.attempt > policy.retries:
             return "raise", ""
         if not turn.survives_reconnect:
             return "raise", _CHAINED
         return ("resend", "") if can_reopen else ("raise", NO_RECONNECT)
-    if turn.background and turn.response_id is not None and policy.resumes:
-        return "resume", ""
     return "raise", ""
 
 

@@ -18,6 +18,7 @@ from .wires import leading_type, read_types, sequence_number
 
 __all__ = [
     "DELTAS",
+    "STEER_TYPES",
     "create_of",
     "field_of",
     "frame_type",
@@ -92,7 +93,14 @@ def sequence_of(data: bytes, last: int) -> int:
     return last if number is None else number
 
 
+#: The WebSocket's own events about steering input (openai 3.x): lifecycle, no output.
+STEER_TYPES = frozenset(
+    {b"response.steer.accepted", b"response.steer.pending", b"response.steer.failed"}
+)
+
+
 def special_types(heartbeats: frozenset[bytes]) -> frozenset[bytes]:
-    """The frame types ``wires.classify`` must look at on the Responses wire, with these
-    heartbeats; any other type is output."""
-    return heartbeats | read_types("responses")
+    """The frame types that are not output whatever their data, or may not be, with these
+    heartbeats (``wires.classify`` decides, or ``STEER_TYPES`` are preamble); any other
+    type is output."""
+    return heartbeats | read_types("responses") | STEER_TYPES

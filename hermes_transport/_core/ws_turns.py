@@ -15,6 +15,7 @@ turn raises. Pure: the connection's I/O, its guards and their watchdog are the s
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from typing import Literal
 
@@ -30,7 +31,16 @@ from .policy import StreamPolicy
 from .stats import Outcome, StatsCallback, StreamRecord, ending_of
 from .wires import ErrorEvent, classify, response_id
 from .ws_ends import Plan, plan_for, stall_of
-from .ws_frames import DELTAS, create_of, field_of, frame_type, sequence_of, size_of, special_types
+from .ws_frames import (
+    DELTAS,
+    STEER_TYPES,
+    create_of,
+    field_of,
+    frame_type,
+    sequence_of,
+    size_of,
+    special_types,
+)
 
 __all__ = [
     "HOLD_LIMIT",
@@ -65,6 +75,7 @@ class Turn:
         "record",
         "response_id",
         "sequence",
+        "shown",
         "started",
         "steady",
         "survives_reconnect",
@@ -87,6 +98,8 @@ class Turn:
         # Past its first output, with the guard armed on a stale budget and nothing to
         # track: an output frame only moves the deadline (``TurnWatch.judge``'s hot path).
         self.steady = False
+        # Something of it was handed up (held frames past the hold's limit): not sent again.
+        self.shown = False
 
 
 class TurnWatch:
@@ -101,6 +114,9 @@ class TurnWatch:
         self._heartbeats = frozenset(name.encode() for name in policy.heartbeats_for("responses"))
         # The types ``classify`` must look at; any other is output.
         self._special = special_types(self._heartbeats)
+        # ``turn`` and ``_waiting`` change under ``_lock``: a sender on another thread
+        # opens turns while the reader ends them.
+        self._lock = threading.Lock()
         self.turn: Turn | None = None
         self._waiting: deque[Turn] = deque()  # creates sent while a turn was under way
         self.guard: Guard | None = None  # the current turn's (the shell's to replace)
@@ -118,10 +134,28 @@ class TurnWatch:
         record.transport = "websocket"
         record.new_attempt()
         turn = Turn(event, budgets, record)
-        if self.turn is None:
-            self.turn = turn
-        else:
-            self._waiting.append(turn)
+        with self._lock:
+            if self.turn is None:
+                self.turn = turn
+            else:
+                self._waiting.append(turn)
+        return turn
+
+    @property
+    def waiting(self) -> list[Turn]:
+        """The turns sent behind the current one, in order."""
+        with self._lock:
+            return list(self._waiting)
+
+    def requeue(self) -> Turn:
+        """The current turn is sent again behind those already sent (the server answers
+        them first); the next one, if any, is current now. Returns the re-sent turn."""
+        turn = self.resent()
+        with self._lock:
+            if self._waiting:
+                self._waiting.append(turn)
+                self.turn = self._waiting.popleft()
+                self.turn.started = monotonic()
         return turn
 
     def watch(self, guard: Guard, arm: Arm) -> None:
@@ -150,17 +184,22 @@ class TurnWatch:
         record = turn.record
         record.bytes += len(data)
         if data.startswith(DELTAS):  # most frames: one C call says output
-            if turn.steady:  # the hot path: a clock read, the gap, the deadline moved
+            guard = self.guard
+            if turn.steady and guard is not None:  # the hot path: clock, gap, deadline
                 now = monotonic()
                 turn.outputs += 1
                 record.gaps.add(now)
-                self.guard.deadline = now + turn.budgets.stale  # type: ignore[union-attr,operator]
+                guard.deadline = now + turn.budgets.stale  # type: ignore[operator]
                 return "pass"
             return self._output(turn, record, data)
         kind = frame_type(data)
         if kind not in self._special:  # output, whatever its data
             return self._output(turn, record, data)
-        verdict = classify("responses", kind, data, self._heartbeats)
+        verdict = (
+            "preamble"
+            if kind in STEER_TYPES
+            else classify("responses", kind, data, self._heartbeats)
+        )
         if verdict == "output":
             return self._output(turn, record, data)
         turn.record.saw_event()
@@ -215,11 +254,11 @@ class TurnWatch:
             self.turn.steady = False
 
     def _hold(self, turn: Turn, data: bytes) -> FrameVerdict:
-        if turn.outputs or turn.attempt > self.policy.retries:
+        if turn.outputs or turn.shown or turn.attempt > self.policy.retries:
             return "pass"  # nothing will be sent again: no need to hold
         if self._held_size + len(data) > HOLD_LIMIT:
-            turn.attempt = self.policy.retries + 1  # handed up: never sent again
-            return "pass"
+            turn.shown = True  # handed up, what was held first: never sent again
+            return "release"
         self.held.append(data)
         self._held_size += len(data)
         return "hold"
@@ -262,9 +301,10 @@ class TurnWatch:
         self.guard = None
         if not held:
             self.held, self._held_size = [], 0
-        self.turn = self._waiting.popleft() if self._waiting else None
-        if self.turn is not None:
-            self.turn.started = monotonic()  # the server answers it from now on
+        with self._lock:
+            self.turn = self._waiting.popleft() if self._waiting else None
+            if self.turn is not None:  # the server answers it from now on
+                self.turn.started = self.turn.record.started = monotonic()
 
     def end_all(self, outcome: Outcome, stage: str | None, error: str | None) -> None:
         """The connection is gone: every turn sent on it ends so."""
@@ -285,7 +325,7 @@ class TurnWatch:
         """The error to raise for every turn under way, when the connection died under
         them (``exc``) and was neither sent again nor resumed (``note`` says why): the
         current turn's stall if ``guard`` cut it, else ``exc`` itself."""
-        if guard.fired == "stalled":
+        if guard.fired == "stalled" and self.turn is not None:
             error = self.stalled(guard, note)
             logger.warning("%s", error)
             self.end_all("stalled", guard.fired_stage, None)

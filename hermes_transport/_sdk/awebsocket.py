@@ -22,11 +22,11 @@ from .._core.attempt import Arm
 from .._core.guard import Guard
 from .._core.interrupt import Interrupt
 from .._core.policy import StreamPolicy
-from .._core.stats import StatsCallback, ending_of
+from .._core.stats import StatsCallback
 from .._core.ws_turns import create_of
 from .._io.loop_watchdog import LoopWatchdog, loop_watchdog
 from .._io.websocket_kill import TransportAbort
-from .websocket_base import WatchedBase
+from .websocket_base import ENTER_FIRST, WatchedBase
 from .websocket_link import link_of
 from .websocket_resume import aresumed
 
@@ -93,7 +93,8 @@ class AsyncWatchedConnection(WatchedBase):
     async def recv_bytes(self) -> bytes:
         """The next frame as it came, watched."""
         turns = self._turns
-        assert turns is not None
+        if turns is None:
+            raise RuntimeError(ENTER_FIRST)
         ready = self._ready
         while True:
             if ready:
@@ -108,7 +109,7 @@ class AsyncWatchedConnection(WatchedBase):
                 continue
             if verdict == "resend":
                 logger.warning("a WebSocket turn opened with a transient error; sending it again")
-                await self._resend()
+                await self._resend(again=False)
                 continue
             ready.extend(turns.release(data))
             if verdict == "end":
@@ -118,24 +119,22 @@ class AsyncWatchedConnection(WatchedBase):
     async def send(self, event: Any) -> None:
         """Send a client event; a ``response.create`` starts a turn (on a fresh connection
         when the last one was cut and another can be opened)."""
-        sdk, turns = self._sdk, self._turns
-        assert turns is not None
+        sdk = self._sdk
         if not create_of(event):
             await sdk.send(event)
             return
-        if self._guard is None and self._link.can_reopen:
+        if self._before_create():
             await self._reopen()
-        turn = turns.open(event)
-        if turns.turn is turn:
-            self._watch_turn()
+        self._open_turn(event)
         try:
             await sdk.send(event)
         except Exception as exc:
-            turns.end_all(*ending_of(exc, None))
+            self._send_failed(exc)
             raise
 
     async def close(self, *, code: int = 1000, reason: str = "") -> None:
         """Close the connection; turns under way end ``closed``."""
+        self._closed = True
         if self._turns is not None:
             self._turns.end_all("closed", None, None)
         self._ready.clear()
@@ -168,7 +167,10 @@ class AsyncWatchedConnection(WatchedBase):
     async def _drop_resumed(self) -> None:
         resumed, self._resumed = self._resumed, None
         if resumed is not None:
-            await resumed.aclose()  # type: ignore[attr-defined]
+            # A read under way on another thread may hold it: its HTTP stream then ends
+            # when that read does (a running generator cannot be closed from here).
+            with contextlib.suppress(ValueError, RuntimeError):
+                await resumed.aclose()  # type: ignore[attr-defined]
 
     # -- reading ----------------------------------------------------------------------
 
@@ -198,12 +200,16 @@ class AsyncWatchedConnection(WatchedBase):
         turns = self._turns
         assert turns is not None
         guard = self._cut_by(guard)
-        plan, note = turns.plan(self._link.can_reopen)
+        plan, note = turns.plan(self._link.can_reopen and not self._closed)
         cause: BaseException | None = None
         if plan == "resend":
             self._log_resend(guard)
-            await self._reopen()
-            await self._resend()
+            try:
+                await self._reopen()
+                await self._resend(again=True)
+            except Exception as error:
+                note = f"; not re-sent: a fresh connection failed: {type(error).__name__}: {error}"
+                raise turns.given_up(exc, guard, note) from error
             return
         if plan == "resume":
             note, cause, self._resumed = await aresumed(
@@ -240,15 +246,23 @@ class AsyncWatchedConnection(WatchedBase):
     async def _reopen(self) -> None:
         """Put a fresh connection in place of the dead one (the loop's only thread: no lock)."""
         sdk = self._sdk
+        if self._closed:
+            raise self._closed_errors[1](None, None)  # closed meanwhile: nothing reopens
         ws = await self._link.reopen()
         old, sdk._connection = sdk._connection, ws
         with contextlib.suppress(Exception):
             await old.close()
         self._set_guard(self._new_guard("between_turns"))
 
-    async def _resend(self) -> None:
+    async def _resend(self, *, again: bool) -> None:
+        """Send the current turn's create again: on a fresh connection (``again``: with
+        the creates sent behind it, lost with the old one), or behind those on this one."""
         turns = self._turns
         assert turns is not None
-        turn = turns.resent()
+        turn = turns.resent() if again else turns.requeue()
         self._watch_turn()
         await self._sdk.send(turn.event)
+        if again:
+            for waiting in turns.waiting:
+                waiting.record.new_attempt()
+                await self._sdk.send(waiting.event)

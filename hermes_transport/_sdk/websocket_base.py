@@ -11,10 +11,14 @@ reopening and resuming, each the way its library does them.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from typing import Any
 
+import httpx
+
 from .._core.attempt import Arm
+from .._core.errors import StreamInterrupted
 from .._core.guard import Guard, Killable
 from .._core.interrupt import Interrupt, bound_interrupts
 from .._core.policy import StreamPolicy
@@ -23,7 +27,9 @@ from .._core.stats import StatsCallback
 from .._core.ws_turns import TurnWatch
 from .websocket_link import Link, closed_errors, handshake_request
 
-__all__ = ["WatchedBase"]
+__all__ = ["ENTER_FIRST", "WatchedBase"]
+
+ENTER_FIRST = "enter the watched connection first (with / async with, or enter())"
 
 logger = logging.getLogger("hermes_transport")
 
@@ -50,6 +56,11 @@ class WatchedBase:
         self._ready: deque[bytes] = deque()  # frames released from a turn's hold, in order
         self.response: Any = None
         self._conn: Any = None  # the SDK connection, once entered
+        # The guard and the turn it watches change under this lock: a sender on another
+        # thread starts turns while the reader ends them. I/O is never done under it.
+        self._lock = threading.RLock()
+        self._watched: object = None  # the turn the current guard watches
+        self._closed = False  # close() was called: nothing is opened again
         if link.connection is not None:
             self._adopt()
 
@@ -61,9 +72,7 @@ class WatchedBase:
     def _sdk(self) -> Any:
         conn = self._link.connection
         if conn is None:
-            raise RuntimeError(
-                "enter the watched connection first (with / async with, or enter())"
-            )
+            raise RuntimeError(ENTER_FIRST)
         return conn
 
     # -- what each subclass does its own way ------------------------------------------
@@ -106,29 +115,82 @@ class WatchedBase:
         return guard
 
     def _set_guard(self, guard: Guard | None) -> None:
-        old, self._guard = self._guard, guard
+        with self._lock:
+            old, self._guard = self._guard, guard
+            if guard is None or guard.stage == "between_turns":
+                self._watched = None
         if old is not None:
             old.close()
             self._released(old)
 
-    def _watch_turn(self) -> None:
-        """The current turn gets a guard of its own, with its budget."""
-        guard = self._new_guard("first_event")
+    def _open_turn(self, event: object) -> None:
+        """A create is about to be sent: its turn, watched at once if it is the current one."""
         turns = self._turns
         assert turns is not None
-        turns.watch(guard, self._arm())
-        self._set_guard(guard)
+        with self._lock:
+            turn = turns.open(event)
+            if turns.turn is turn:
+                self._watch_turn()
+
+    def _watch_turn(self) -> None:
+        """The current turn gets a guard of its own, with its budget."""
+        turns = self._turns
+        assert turns is not None
+        with self._lock:
+            guard = self._new_guard("first_event")
+            turns.watch(guard, self._arm())
+            self._set_guard(guard)
+            self._watched = turns.turn
 
     def _next_guard(self) -> None:
         """A turn ended on a live socket: the next turn's guard, or the one between turns."""
         turns = self._turns
         assert turns is not None
-        if self._guard is None:
-            return  # resumed over HTTP: the socket is dead; the next create opens one
-        if turns.turn is not None:
-            self._watch_turn()
+        with self._lock:
+            if self._guard is None:
+                return  # resumed over HTTP: the socket is dead; the next create opens one
+            if turns.turn is None:
+                self._set_guard(self._new_guard("between_turns"))
+            elif turns.turn is not self._watched:  # not watched yet by a sender's start
+                self._watch_turn()
+
+    def _dead(self) -> bool:
+        """Whether the connection is gone: cut by a guard, or closed, read or not."""
+        guard = self._guard
+        if guard is None or guard.fired is not None:
+            return True
+        state = getattr(getattr(self._conn, "_connection", None), "state", None)
+        return getattr(state, "name", "OPEN") != "OPEN"
+
+    def _before_create(self) -> bool:
+        """Before a create is sent: raise at once, sending nothing, if a token given or
+        bound is interrupted; whether a fresh connection must be opened for it (the last
+        one is gone), the turns cut with it ended."""
+        for token in (*self._given, *bound_interrupts()):
+            if token.interrupted:
+                raise StreamInterrupted(token.reason or "interrupted", stage="before_sending")
+        if self._closed or not self._link.can_reopen or not self._dead():
+            return False
+        turns, guard = self._turns, self._guard
+        assert turns is not None
+        if guard is not None and guard.fired is not None:
+            turns.end_all(guard.fired, guard.fired_stage, guard.reason)
         else:
-            self._set_guard(self._new_guard("between_turns"))
+            turns.end_all("error", None, "its connection closed before it was read")
+        return True
+
+    def _send_failed(self, exc: BaseException) -> None:
+        """A create could not be sent: its turns end; the SDK does not send it later."""
+        queue = getattr(self._conn, "_send_queue", None)
+        drain = getattr(queue, "drain", None)
+        if callable(drain):  # openai 2.x queues a failed send, for its reconnect
+            drain()
+        assert self._turns is not None
+        self._turns.failed(exc)
+        if isinstance(exc, (self._closed_errors[0], OSError)):
+            self._set_guard(None)  # the connection is gone: the next create opens one
+        else:
+            self._next_guard()  # not sent, the connection fine (a malformed event, say)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -144,8 +206,7 @@ class WatchedBase:
 
     def _unbind_reader(self, guard: Guard, extra: tuple[Interrupt, ...]) -> None:
         self._reader_tokens = ()
-        for token in extra:
-            token._unregister(guard)
+        guard.unbind(extra)
 
     def _cut_before(self, guard: Guard) -> None:
         """Raise, to the read's handler, if ``guard`` fired since the last read (what came
@@ -173,7 +234,11 @@ class WatchedBase:
         )
 
     def _resumed_ended(self) -> BaseException:
-        """A resumed turn's stream ended before its response: the error its reader gets."""
+        """A resumed turn's stream ended before its response: the error its reader gets
+        (not the library's ``ConnectionClosed``, which an iteration would reconnect on)."""
         assert self._turns is not None
-        self._turns.end_all("error", None, "the resumed stream ended before the response")
-        return self._closed_errors[2](None, None)
+        error = httpx.RemoteProtocolError(
+            "the resumed stream of a background WebSocket turn ended before its response"
+        )
+        self._turns.failed(error)
+        return error

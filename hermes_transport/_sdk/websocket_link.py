@@ -13,10 +13,14 @@ cannot find, the watched connection does without and says so in its errors. No I
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
+
+logger = logging.getLogger("hermes_transport")
 
 __all__ = [
     "FrameReader",
@@ -39,6 +43,13 @@ class Link:
             make_ws = getattr(manager, "_connect_ws", None)
         self.owner = manager if manager is not None else getattr(make_ws, "__self__", None)
         self._make_ws: Callable[[Any, Any], Any] | None = make_ws
+        if manager is not None and (make_ws is None or self.client is None):
+            logger.warning(
+                "watch_connection: this openai's connection manager (%s) does not keep its"
+                " client and its connect where this version expects them: turns will not be"
+                " sent again on a fresh connection, nor resumed",
+                type(manager).__qualname__,
+            )
 
     @property
     def can_reopen(self) -> bool:
@@ -90,6 +101,7 @@ def resume_request(client: Any, response_id: str, after: int) -> tuple[str, dict
     """The URL and headers of ``GET /responses/{id}?stream=true&starting_after=N`` on
     ``client``'s base URL, with its authentication and default headers."""
     base = str(client.base_url).rstrip("/")
+    query = getattr(client, "default_query", None)  # Azure's api-version, say
     headers: dict[str, str] = {}
     for source in ("default_headers", "auth_headers"):
         found = getattr(client, source, None)
@@ -97,7 +109,13 @@ def resume_request(client: Any, response_id: str, after: int) -> tuple[str, dict
             headers.update({k: v for k, v in found.items() if isinstance(v, str)})
     headers["Accept"] = "text/event-stream"
     headers.pop("Content-Type", None)
-    return f"{base}/responses/{response_id}?stream=true&starting_after={after}", headers
+    extra = "".join(
+        f"&{quote(str(k))}={quote(str(v))}"
+        for k, v in (query.items() if isinstance(query, Mapping) else ())
+        if isinstance(v, str | int | float)
+    )
+    target = f"{base}/responses/{response_id}?stream=true&starting_after={after}{extra}"
+    return target, headers
 
 
 class FrameReader:

@@ -21,7 +21,7 @@ from .._core.policy import StreamPolicy
 from .._core.wires import sequence_number
 from .._core.ws_ends import NO_CLIENT
 from .._core.ws_turns import TurnWatch
-from .._flavors.httpx import AsyncWatchdogTransport, WatchdogTransport
+from .._flavors.httpx import async_http_client_for, http_client_for
 from .websocket_link import FrameReader, Link, resume_request
 
 __all__ = ["aresumed", "resumed"]
@@ -61,13 +61,14 @@ def resumed(
         return target, None, None
     url, headers, after = target
     interrupt = interrupts[0] if interrupts else None
-    http = httpx.Client(
-        transport=WatchdogTransport(policy=policy, interrupt=interrupt), timeout=None
-    )
+    # The factory's client: proxies from the environment, as the SDK's own would have.
+    http = http_client_for(None, policy=policy, interrupt=interrupt, timeout=None)
     try:
         response = http.send(http.build_request("GET", url, headers=headers), stream=True)
-    except Exception as exc:
+    except BaseException as exc:
         http.close()
+        if not isinstance(exc, Exception):
+            raise
         return f"; not resumed: {type(exc).__name__}: {exc}", exc, None
     if response.status_code != 200:
         response.read()
@@ -87,12 +88,13 @@ async def aresumed(
         return target, None, None
     url, headers, after = target
     interrupt = interrupts[0] if interrupts else None
-    transport = AsyncWatchdogTransport(policy=policy, interrupt=interrupt)
-    http = httpx.AsyncClient(transport=transport, timeout=None)
+    http = async_http_client_for(None, policy=policy, interrupt=interrupt, timeout=None)
     try:
         response = await http.send(http.build_request("GET", url, headers=headers), stream=True)
-    except Exception as exc:
+    except BaseException as exc:
         await http.aclose()
+        if not isinstance(exc, Exception):
+            raise
         return f"; not resumed: {type(exc).__name__}: {exc}", exc, None
     if response.status_code != 200:
         await response.aread()

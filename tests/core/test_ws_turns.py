@@ -122,6 +122,7 @@ def test_creates_sent_during_a_turn_wait_their_turn() -> None:
         ({"previous_response_id": "r"}, 0, True, ("resend", "")),
         ({}, 1, True, ("raise", "")),
         ({"background": True}, 1, True, ("resume", "")),
+        ({"background": True}, 0, True, ("resume", "")),
     ],
 )
 def test_what_happens_to_a_turn_whose_connection_died(
@@ -147,15 +148,40 @@ def test_a_turn_out_of_re_sends_is_raised() -> None:
     assert turns.plan(True) == ("raise", "")
 
 
-def test_a_hold_past_its_limit_is_handed_up_and_never_re_sent() -> None:
-    """Frames before the first output beyond the hold limit are passed on; the turn can
-    then no longer be sent again."""
+def test_a_hold_past_its_limit_is_handed_up_in_order_and_never_re_sent() -> None:
+    """Frames before the first output beyond the hold limit are handed up, those held
+    first; the turn can then no longer be sent again."""
     turns, guard, armed = watch()
     opened(turns, guard, armed)
-    big = frame("keepalive", 1, padding="x" * (HOLD_LIMIT // 2))
-    assert turns.judge(big) == "hold"
-    assert turns.judge(big) == "pass"
+    first = frame("keepalive", 1, padding="x" * (HOLD_LIMIT // 2))
+    second = frame("keepalive", 2, padding="y" * (HOLD_LIMIT // 2))
+    assert turns.judge(first) == "hold"
+    assert turns.judge(second) == "release"
+    assert turns.release(second) == [first, second]
+    assert turns.judge(frame("keepalive", 3)) == "pass"
     assert turns.plan(True)[0] == "raise"
+
+
+def test_steering_events_are_no_output() -> None:
+    """The WebSocket's steering acknowledgements are lifecycle events: held, no progress."""
+    turns, guard, armed = watch()
+    opened(turns, guard, armed)
+    assert turns.judge(frame("response.steer.accepted", 1)) == "hold"
+    assert guard.stage == "first_event"
+
+
+def test_a_re_sent_turn_goes_behind_those_sent_after_it() -> None:
+    """Sent again on the same connection, a turn is answered after the creates already
+    sent behind it: the next of those is current, the re-sent one last."""
+    turns, guard, armed = watch()
+    opened(turns, guard, armed, input="one")
+    second = turns.open({"type": "response.create", "input": "two"})
+    first = turns.turn
+    assert turns.requeue() is first
+    assert turns.turn is second
+    assert turns.waiting == [first]
+    assert first is not None
+    assert first.attempt == 2
 
 
 @pytest.mark.parametrize(

@@ -126,6 +126,7 @@ async def test_a_healthy_run_goes_through_the_watched_connection(server: FaultSe
     assert len(creates(server)) == 2
 
 
+@pytest.mark.timing
 async def test_a_turn_silent_after_output_fails_within_its_budget(server: FaultServer) -> None:
     """A turn silent after its first output is cut after the stale budget; the run fails
     with our StreamStalled, sent once."""
@@ -162,6 +163,7 @@ async def test_a_turn_silent_before_output_is_sent_again_on_a_fresh_connection(
     assert (model.stats[-1].outcome, model.stats[-1].resends) == ("completed", 1)
 
 
+@pytest.mark.timing
 async def test_a_model_thinking_within_its_budget_is_not_cut(server: FaultServer) -> None:
     """A turn thinking silently within its first-event budget goes on; the trap: the
     SDK's own per-frame read timeout, shorter than the thinking, ends it (pinned with a
@@ -189,6 +191,7 @@ async def test_a_model_thinking_within_its_budget_is_not_cut(server: FaultServer
         await bare.close()
 
 
+@pytest.mark.timing
 async def test_an_interrupt_ends_a_thinking_run_at_once(server: FaultServer) -> None:
     """An Interrupt given to the watched connection ends a run waiting for its model at
     once with StreamInterrupted; after a reset, the next run opens a fresh connection."""

@@ -372,6 +372,7 @@ def test_the_raw_sdk_gets_the_same_checkpoints_from_the_transports_on_checkpoint
     _paced_intervals(log)
 
 
+@pytest.mark.timing  # events 50 ms apart come one a read only when the reader keeps up
 @pytest.mark.parametrize("mode", MODES)
 def test_no_checkpoint_names_the_completed_event_even_at_every_read(
     server: FaultServer, sdk_flavor: Flavor, mode: str
@@ -383,7 +384,7 @@ def test_no_checkpoint_names_the_completed_event_even_at_every_read(
     assert log.events == list(range(COMPLETED + 1))
     assert log.numbers[0] == -1
     assert log.numbers[-1] == COMPLETED - 1  # at the read that brought the last event
-    assert len(log.checkpoints) >= COMPLETED - 4  # after the hold: about one an event
+    assert len(log.checkpoints) >= COMPLETED // 2  # after the hold: about one a read
     log.never_ahead()
 
 

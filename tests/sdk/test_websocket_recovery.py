@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from typing import Any
 
+import openai
 import pytest
 import websockets.asyncio.client
 from websockets.exceptions import ConnectionClosedError
@@ -30,7 +32,7 @@ from hermes_transport import (
 from hermes_transport.testing import FaultServer, Scenario
 
 from _support import PROMPT, answered_in_turn
-from _ws_support import BUDGET, POLICY, Drivers, creates, has_connect, types
+from _ws_support import BUDGET, POLICY, Driver, Drivers, creates, has_connect, types
 
 if not has_connect():
     pytest.skip("this openai has no Responses WebSocket", allow_module_level=True)
@@ -154,12 +156,13 @@ def test_a_connection_dropped_after_output_raises_as_the_sdk_would(
     assert "ConnectionClosedError" in (driver.stats[-1].error or "")
 
 
+@pytest.mark.timing
 def test_an_interrupted_background_turn_is_left_resumable(
     server: FaultServer, ws_drivers: Drivers
 ) -> None:
-    """An interrupt of a background turn cuts its connection but cancels nothing: the
-    response can still be streamed over HTTP from where the caller stopped."""
-    server.scenario = Scenario(content=PIECES, stall_after_events=7)
+    """An interrupt of a background turn cuts its connection but cancels nothing: its
+    response streams on over HTTP from where the caller stopped, to its end."""
+    server.scenario = answered_in_turn(Scenario(content=PIECES, stall_after_events=7))
     token = Interrupt()
     policy = StreamPolicy(stale_timeout=60, first_event_timeout=60, budget_rules=None)
     driver = ws_drivers.open(server, interrupt=token, policy=policy)
@@ -171,9 +174,115 @@ def test_an_interrupted_background_turn_is_left_resumable(
         driver.recv()
     assert time.monotonic() - started < 0.2 + PROMPT
     assert not [r for r in server.requests if r.path.endswith("/cancel")]
-    response_id = events[0].response.id
-    retrieved = driver.call(driver.client.responses.retrieve, response_id)
-    assert retrieved.status != "cancelled"
+    with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+        rest = list(
+            client.responses.retrieve(events[0].response.id, stream=True, starting_after=6)
+        )
+    shown = [*events, *rest]
+    assert [e.sequence_number for e in shown] == list(range(len(shown)))
+    assert "".join(e.delta for e in shown if e.type == "response.output_text.delta") == "abcd"
+    assert rest[-1].type == "response.completed"
+
+
+def test_a_create_after_a_cut_no_one_read_opens_a_fresh_connection(
+    server: FaultServer, ws_drivers: Drivers
+) -> None:
+    """A connection cut by an interrupt while nobody read is not written to again: the
+    next create (the token reset) goes on a fresh connection, and the cut turn ends
+    interrupted."""
+    server.scenario = Scenario.thinking(30)
+    token = Interrupt()
+    driver = ws_drivers.open(server, interrupt=token)
+    driver.create()
+    deadline = time.monotonic() + 10
+    while not creates(server) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    token.interrupt("user pressed stop")
+    token.reset()
+    server.scenario = Scenario()
+    assert types(driver.turn())[-1] == "response.completed"
+    assert [s.outcome for s in driver.stats] == ["interrupted", "completed"]
+
+
+def test_a_create_under_an_interrupted_token_sends_nothing(
+    server: FaultServer, ws_drivers: Drivers
+) -> None:
+    """A create sent while a bound token is interrupted fails at once, unsent."""
+    driver = ws_drivers.open(server)
+    token = Interrupt()
+    token.interrupt("stopped before")
+    with pytest.raises(StreamInterrupted) as caught, token.bind():
+        driver.create()
+    assert caught.value.stage == "before_sending"
+    assert creates(server) == []
+    assert types(driver.turn())[-1] == "response.completed"
+
+
+def test_creates_sent_behind_a_cut_turn_are_sent_again_with_it(
+    server: FaultServer, ws_drivers: Drivers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two creates sent at once, the first cut before its output: on the fresh connection
+    both are sent again, in order (one re-send, not a second stall for the other), and
+    each answer reaches its own turn."""
+    caplog.set_level(logging.WARNING, logger="hermes_transport")
+    server.scenario = answered_in_turn(Scenario.silent_before_headers())
+    driver = ws_drivers.open(server)
+    driver.create(input="one")
+    driver.create(input="two")
+    first, second = driver.rest(), driver.rest()
+    assert types(first)[-1] == types(second)[-1] == "response.completed"
+    assert first[0].response.id != second[0].response.id
+    assert [s.outcome for s in driver.stats] == ["completed", "completed"]
+    # The server reads a connection's frames one turn at a time: "two" had not been read
+    # when the first connection was cut.
+    assert [json_input(r.body) for r in creates(server)] == ["one", "one", "two"]
+    assert sum("sending it again" in r.getMessage() for r in caplog.records) == 1
+
+
+def json_input(body: bytes) -> object:
+    return json.loads(body).get("input")
+
+
+def test_close_from_another_thread_ends_a_waiting_read_and_opens_nothing(
+    server: FaultServer,
+) -> None:
+    """Closing the connection while another thread waits in recv() ends that read (the
+    iteration stops) and opens no fresh connection."""
+    server.scenario = Scenario.thinking(30)
+    driver = Driver("sync", server)
+    driver.create()
+    seen: list[object] = []
+    reader = threading.Thread(target=lambda: seen.extend(driver.conn))
+    reader.start()
+    time.sleep(0.3)
+    driver.close()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert len(creates(server)) == 1
+    assert driver.stats[-1].outcome == "closed"
+
+
+def test_a_fresh_connection_that_fails_ends_the_turn_saying_so(server: FaultServer) -> None:
+    """When the fresh connection for a re-send cannot be opened, the turn's stall says
+    so, with the failure as its cause, and no turn is left behind."""
+    url = server.websocket_base_url + "/responses"
+    stats: list[StreamStats] = []
+
+    async def refused() -> Any:
+        raise ConnectionRefusedError("no more connections")
+
+    async def run() -> None:
+        bare = await websockets.asyncio.client.connect(url, proxy=None)
+        ws = awatch_websocket(bare, policy=POLICY, on_stats=stats.append, reopen=refused)
+        server.scenario = Scenario.silent_before_headers()
+        await ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+        with pytest.raises(StreamStalled, match="a fresh connection failed") as caught:
+            await ws.recv()
+        assert isinstance(caught.value.__cause__, ConnectionRefusedError)
+        await ws.close()
+
+    asyncio.run(run())
+    assert [s.outcome for s in stats] == ["stalled"]
 
 
 async def drain(ws: Any) -> None:

@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -90,15 +89,16 @@ def test_a_recv_waiting_between_turns_is_left_alone_until_interrupted(
     assert [s.outcome for s in driver.stats] == ["completed"]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
-    ("scenario", "policy"),
+    "scenario",
     [
-        pytest.param(Scenario.thinking(3 * BUDGET, keepalive_interval=0.1), None, id="keepalives"),
-        pytest.param(Scenario.thinking(3 * BUDGET), None, id="silence"),
+        pytest.param(Scenario.thinking(3 * BUDGET, keepalive_interval=0.1), id="keepalives"),
+        pytest.param(Scenario.thinking(3 * BUDGET), id="silence"),
     ],
 )
 def test_a_turn_without_output_in_its_budget_stalls_at_first_event(
-    server: FaultServer, ws_drivers: Drivers, scenario: Scenario, policy: Any
+    server: FaultServer, ws_drivers: Drivers, scenario: Scenario
 ) -> None:
     """Lifecycle events and keepalives are no output: a turn thinking past its first-event
     budget is re-sent (retries=1), then fails with StreamStalled saying what came."""
@@ -128,6 +128,7 @@ def test_a_turn_without_output_in_its_budget_stalls_at_first_event(
     )
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
     "policy",
     [
@@ -151,6 +152,7 @@ def test_a_model_thinking_within_its_budget_is_not_cut(
     assert driver.stats[-1].outcome == "completed"
 
 
+@pytest.mark.timing
 def test_a_turn_silent_after_output_stalls_mid_stream_and_is_not_re_sent(
     server: FaultServer, ws_drivers: Drivers
 ) -> None:
@@ -226,6 +228,7 @@ def test_a_turn_sent_while_another_thread_waits_is_watched_for_that_reader(
         driver.close()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("how", ["given", "bound"])
 @pytest.mark.parametrize(
     ("scenario", "stage"),
@@ -269,6 +272,7 @@ def test_an_interrupt_stops_a_waiting_recv_at_once(
     assert types(driver.turn())[-1] == "response.completed"
 
 
+@pytest.mark.timing
 def test_a_read_under_an_interrupted_token_fails_at_once(
     server: FaultServer, ws_drivers: Drivers
 ) -> None:
