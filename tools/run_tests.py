@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MAJORS = ("1", "2", "3")
 # The test runner, what the tests use and the check gate's tools: no extra of the package.
 REQUIREMENTS = "requirements-test.txt"
+#: The documentation site's tools, for the check gate's environment only.
+DOCS_REQUIREMENTS = "requirements-docs.txt"
 # The installer, pinned as the gate's tools are: the environments are the commit's.
 INSTALLER = "uv==0.13.9"
 FRAMEWORK_TESTS = "tests/frameworks"
@@ -254,7 +256,7 @@ def main() -> int:
     if not args.no_check:
         # Once, before the suites, with the tools of the newest major's environment:
         # the same verdict whichever majors are tested.
-        pythons[MAJORS[-1]] = _prepare(f"openai{MAJORS[-1]}", MAJORS[-1])
+        pythons[MAJORS[-1]] = _prepare(f"openai{MAJORS[-1]}", MAJORS[-1], (DOCS_REQUIREMENTS,))
         gate_failed = not _check(pythons[MAJORS[-1]])
         totals["failed" if gate_failed else "passed"] += 1
     for major in majors:
