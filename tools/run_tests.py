@@ -203,15 +203,19 @@ def _passes(
     pytest_args: list[str],
     env: dict[str, str] | None = None,
     workers: int = 4,
+    *,
+    timing: bool = True,
 ) -> tuple[int, int, int]:
-    """The parallel pass, then the timing pass: (passed, failed, the first non-zero exit)."""
+    """The parallel pass, then (``timing``) the timing pass: (passed, failed, the first
+    non-zero exit)."""
     # Four workers on any machine: the tests mostly wait on budgets and timers
     # (a serial run uses about a third of one core), so four fit two cores.
     # Tests bound by wall-clock time (marked `timing`) run after that pass, on
     # their own with one worker per core, so a busy machine does not make them late.
     totals = [0, 0, 0]
     parallel = ["-n", str(workers), "-m", f"not timing{marks}"]
-    for passes in (parallel, ["-n", "2", "-m", f"timing{marks}"]):
+    timed = ["-n", "2", "-m", f"timing{marks}"]
+    for passes in (parallel, timed) if timing else (parallel,):
         passed, broken, code = _pytest(python, [*passes, *pytest_args], env)
         totals[0] += passed
         totals[1] += broken
@@ -234,7 +238,7 @@ def main() -> int:
     parser.add_argument(
         "--no-check",
         action="store_true",
-        help="skip the check gate (tools/check.py: ruff and mypy)",
+        help="skip the check gate (tools/check.py: ruff, mypy and the documentation site)",
     )
     parser.add_argument(
         "--no-transparency",
@@ -246,8 +250,17 @@ def main() -> int:
         action="store_true",
         help="skip the frameworks' recipe tests (tests/frameworks/, in their own environments)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the contributors' fast lane: the check gate, then the newest major's parallel"
+        " pass only (no timing pass, no SDK transparency, no frameworks)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
+    if args.quick:
+        args.major = args.major or [MAJORS[-1]]
+        args.no_transparency = args.no_frameworks = True
     majors = args.major or list(MAJORS)
     totals = {"passed": 0, "failed": 0}
     failed: list[str] = []
@@ -268,7 +281,7 @@ def main() -> int:
         # major tested runs them. The frameworks' tests run in their own environments.
         once = "" if major == max(majors) else " and not once"
         passed, broken, code = _passes(
-            python, once, ["--ignore", FRAMEWORK_TESTS, *args.pytest_args]
+            python, once, ["--ignore", FRAMEWORK_TESTS, *args.pytest_args], timing=not args.quick
         )
         totals["passed"] += passed
         totals["failed"] += broken
