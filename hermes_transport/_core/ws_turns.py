@@ -165,10 +165,7 @@ class TurnWatch:
         self.guard, self._arm = guard, arm
         now = monotonic()
         if turn.outputs:
-            guard.stage = "mid_stream"
-            stale = turn.budgets.stale
-            guard.deadline = None if stale is None else now + stale
-            turn.steady = stale is not None and not turn.background
+            self._mid_stream(turn, guard, now)
         else:
             guard.stage = "first_event"
             first = turn.budgets.first_event
@@ -233,19 +230,25 @@ class TurnWatch:
         guard = self.guard
         if guard is None:
             return "pass"
-        stale = turn.budgets.stale
         if turn.outputs == 1:
             record.saw_event()
             record.saw_output(now)
-            guard.stage = "mid_stream"
-            guard.deadline = None if stale is None else now + stale
+            self._mid_stream(turn, guard, now)
             if guard.deadline is not None and self._arm is not None:
                 self._arm(guard)  # may be earlier than the first-event deadline
-            turn.steady = stale is not None and not turn.background
             return "release" if self.held else "pass"
+        stale = turn.budgets.stale
         if stale is not None:
             guard.deadline = now + stale
         return "pass"
+
+    @staticmethod
+    def _mid_stream(turn: Turn, guard: Guard, now: float) -> None:
+        """The turn has output: its guard has the stale budget from ``now``."""
+        stale = turn.budgets.stale
+        guard.stage = "mid_stream"
+        guard.deadline = None if stale is None else now + stale
+        turn.steady = stale is not None and not turn.background
 
     def unwatch(self) -> None:
         """The current turn goes on without a guard (resumed over HTTP, watched there)."""

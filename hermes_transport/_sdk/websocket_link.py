@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import httpx
+
+from .._core.resume import Resumable
 
 logger = logging.getLogger("hermes_transport")
 
@@ -97,25 +98,22 @@ def handshake_request(ws: Any, tls: bool) -> httpx.Request:
         return httpx.Request("WEBSOCKET", "ws://localhost/responses")
 
 
-def resume_request(client: Any, response_id: str, after: int) -> tuple[str, dict[str, str]]:
-    """The URL and headers of ``GET /responses/{id}?stream=true&starting_after=N`` on
-    ``client``'s base URL, with its authentication and default headers."""
-    base = str(client.base_url).rstrip("/")
-    query = getattr(client, "default_query", None)  # Azure's api-version, say
+def resume_request(client: Any, response_id: str, after: int) -> httpx.Request:
+    """``GET /responses/{id}?stream=true&starting_after=N`` on ``client``'s base URL and
+    default query (Azure's ``api-version``, say), with its authentication and default
+    headers: built by ``Resumable``, as the transport builds an HTTP stream's resume, from
+    the ``POST /responses`` the client would have sent."""
     headers: dict[str, str] = {}
     for source in ("default_headers", "auth_headers"):
         found = getattr(client, source, None)
         if isinstance(found, Mapping):
             headers.update({k: v for k, v in found.items() if isinstance(v, str)})
     headers["Accept"] = "text/event-stream"
-    headers.pop("Content-Type", None)
-    extra = "".join(
-        f"&{quote(str(k))}={quote(str(v))}"
-        for k, v in (query.items() if isinstance(query, Mapping) else ())
-        if isinstance(v, str | int | float)
-    )
-    target = f"{base}/responses/{response_id}?stream=true&starting_after={after}{extra}"
-    return target, headers
+    query = getattr(client, "default_query", None)
+    params = {k: str(v) for k, v in query.items()} if isinstance(query, Mapping) else {}
+    url = str(client.base_url).rstrip("/") + "/responses"
+    create = httpx.Request("POST", url, params=params, headers=headers)
+    return Resumable(create, None, -1, httpx).resume_request(response_id, after)
 
 
 class FrameReader:

@@ -33,15 +33,14 @@ Resumed = tuple[str, BaseException | None, Iterator[bytes] | None]
 AsyncResumed = tuple[str, BaseException | None, AsyncIterator[bytes] | None]
 
 
-def _target(link: Link, turns: TurnWatch) -> tuple[str, dict[str, str], int] | str:
+def _target(link: Link, turns: TurnWatch) -> tuple[httpx.Request, int] | str:
     turn = turns.turn
     assert turn is not None
     assert turn.response_id is not None
     client = link.client
     if client is None:
         return NO_CLIENT
-    url, headers = resume_request(client, turn.response_id, turn.sequence)
-    return url, headers, turn.sequence
+    return resume_request(client, turn.response_id, turn.sequence), turn.sequence
 
 
 def _resumed(turns: TurnWatch) -> None:
@@ -59,12 +58,12 @@ def resumed(
     target = _target(link, turns)
     if isinstance(target, str):
         return target, None, None
-    url, headers, after = target
+    request, after = target
     interrupt = interrupts[0] if interrupts else None
     # The factory's client: proxies from the environment, as the SDK's own would have.
     http = http_client_for(None, policy=policy, interrupt=interrupt, timeout=None)
     try:
-        response = http.send(http.build_request("GET", url, headers=headers), stream=True)
+        response = http.send(request, stream=True)
     except BaseException as exc:
         http.close()
         if not isinstance(exc, Exception):
@@ -86,11 +85,11 @@ async def aresumed(
     target = _target(link, turns)
     if isinstance(target, str):
         return target, None, None
-    url, headers, after = target
+    request, after = target
     interrupt = interrupts[0] if interrupts else None
     http = async_http_client_for(None, policy=policy, interrupt=interrupt, timeout=None)
     try:
-        response = await http.send(http.build_request("GET", url, headers=headers), stream=True)
+        response = await http.send(request, stream=True)
     except BaseException as exc:
         await http.aclose()
         if not isinstance(exc, Exception):
