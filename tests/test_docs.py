@@ -11,6 +11,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag, urlsplit
+from xml.etree import ElementTree
 
 import pytest
 
@@ -49,11 +50,15 @@ class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.hrefs: list[str] = []
+        self.images: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         href = dict(attrs).get("href")
         if tag == "a" and href:
             self.hrefs.append(href)
+        source = dict(attrs).get("src")
+        if tag == "img" and source:
+            self.images.append(source)
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +101,26 @@ def test_a_built_page_links_only_to_pages_that_exist(site: Path, page: str) -> N
     assert missing == []
 
 
+@pytest.mark.parametrize(
+    ("page", "least"), [("concepts/index.html", 6), ("benchmarks/index.html", 4)]
+)
+def test_the_pictures_of_a_page_are_built_with_it(site: Path, page: str, least: int) -> None:
+    """The stall timelines (Concepts) and the benchmark plots: each image is in the site, an
+    SVG that parses."""
+    path = site / page
+    parser = _Links()
+    parser.feed(path.read_text(encoding="utf-8"))
+    pictures = [(path.parent / source).resolve() for source in parser.images]
+    assert len(pictures) >= least
+    for picture in pictures:
+        assert picture.suffix == ".svg", picture
+        assert picture.is_file(), picture
+        assert ElementTree.parse(picture).getroot().tag.endswith("svg")
+
+
 def test_the_site_can_be_searched_for_the_public_api(site: Path) -> None:
     """The search index holds the pages and the reference's public names."""
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
     text = " ".join(doc["text"] + doc["title"] for doc in index["docs"])
-    for name in ("watch_connection", "StreamStalled", "Interrupt", "resume_response"):
+    for name in ("watch_connection", "StreamStalled", "Interrupt", "resume_response", "MCP"):
         assert name in text

@@ -56,6 +56,10 @@ MAJORS = ("1", "2", "3")
 REQUIREMENTS = "requirements-test.txt"
 #: The documentation site's tools, for the check gate's environment only.
 DOCS_REQUIREMENTS = "requirements-docs.txt"
+#: The benchmark plots' matplotlib, for the environment that runs the tests marked `once`
+#: (the plots' test is one): the newest major tested, whose environment the check gate
+#: prepares when that major is the newest of all.
+BENCH_REQUIREMENTS = "requirements-bench.txt"
 # The installer, pinned as the gate's tools are: the environments are the commit's.
 INSTALLER = "uv==0.13.9"
 FRAMEWORK_TESTS = "tests/frameworks"
@@ -269,12 +273,14 @@ def main() -> int:
     if not args.no_check:
         # Once, before the suites, with the tools of the newest major's environment:
         # the same verdict whichever majors are tested.
-        pythons[MAJORS[-1]] = _prepare(f"openai{MAJORS[-1]}", MAJORS[-1], (DOCS_REQUIREMENTS,))
+        gate = (DOCS_REQUIREMENTS, BENCH_REQUIREMENTS)
+        pythons[MAJORS[-1]] = _prepare(f"openai{MAJORS[-1]}", MAJORS[-1], gate)
         gate_failed = not _check(pythons[MAJORS[-1]])
         totals["failed" if gate_failed else "passed"] += 1
     for major in majors:
         started = time.monotonic()
-        python = pythons.get(major) or _prepare(f"openai{major}", major)
+        once_files = (BENCH_REQUIREMENTS,) if major == max(majors) else ()
+        python = pythons.get(major) or _prepare(f"openai{major}", major, once_files)
         version = _openai_version(python)
         print(f"\n=== openai {version} ===", flush=True)
         # Tests marked `once` do not depend on the openai major: only the newest

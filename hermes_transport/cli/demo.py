@@ -15,8 +15,10 @@ a process killed mid-answer and the next one finishing it from its checkpoint
 from __future__ import annotations
 
 import re
+import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 import openai
@@ -27,6 +29,8 @@ from .._sdk.clients import clients_for
 from ..testing import RESPONSES_PATH, FaultServer, Scenario
 from .demo_crash import crash_part
 from .demo_mcp import mcp_part
+from .demo_svg import Seen, demo_figure
+from .svg import save_svg
 
 __all__ = ["run_demo"]
 
@@ -119,10 +123,10 @@ def _run_response(client: openai.OpenAI, http: Any) -> str:
 
 
 def _resume_once(
-    http_client: Any, http: Any, scenario: Scenario | None = None
+    http_client: Any, http: Any, scenario: Scenario | None = None, seen: list[Seen] | None = None
 ) -> tuple[str, float, list[str]]:
     """Stream a background response on a fresh server (``RESUMABLE`` by default): (what to
-    print, seconds, the GETs the server saw)."""
+    print, seconds, the GETs the server saw); the call joins ``seen`` if given."""
     with FaultServer(RESUMABLE if scenario is None else scenario) as server:
         client = openai.OpenAI(
             base_url=server.base_url, api_key="demo", http_client=http_client, max_retries=0
@@ -130,13 +134,18 @@ def _resume_once(
         started = time.monotonic()
         told = _run_response(client, http)
         took = time.monotonic() - started
-        return told, took, [f"GET {r.path}" for r in server.requests if r.method == "GET"]
+        gets = [f"GET {r.path}" for r in server.requests if r.method == "GET"]
+    if seen is not None:  # its outcome is the first word of what it printed
+        seen.append(Seen(started, took, told.split(" ", 1)[0], tuple(server.sent)))
+    return told, took, gets
 
 
-def _resume_part(out: TextIO, watched: Any, plain: Any, http: Any) -> bool:
+def _resume_part(
+    out: TextIO, watched: Any, plain: Any, http: Any, seen: list[Seen] | None = None
+) -> bool:
     """Print the resumable stream's line and the watchdog's resume; whether it resumed."""
-    told, took, gets = _resume_once(watched, http)
-    plain_told, plain_took, _ = _resume_once(plain, http)
+    told, took, gets = _resume_once(watched, http, seen=seen)
+    plain_told, plain_took, _ = _resume_once(plain, http, seen=seen)
     resume = rf"GET {RESPONSES_PATH}/[^/?]+\?stream=true&starting_after={RESUMED_AFTER}"
     ok = (
         told == "ok 'hello world'" and len(gets) == 1 and re.fullmatch(resume, gets[0]) is not None
@@ -153,7 +162,9 @@ def _resume_part(out: TextIO, watched: Any, plain: Any, http: Any) -> bool:
     return ok
 
 
-def _stream_once(http_client: Any, http: Any, scenario: Scenario) -> tuple[str, str, float]:
+def _stream_once(
+    http_client: Any, http: Any, scenario: Scenario, seen: list[Seen] | None = None
+) -> tuple[str, str, float]:
     # A fresh server per run, so "stalls once" stalls each client's first request.
     with FaultServer(replace(scenario, hold=HOLD)) as server:
         client = openai.OpenAI(
@@ -161,7 +172,10 @@ def _stream_once(http_client: Any, http: Any, scenario: Scenario) -> tuple[str, 
         )
         started = time.monotonic()
         outcome, told = _run(client, http)
-        return outcome, told, time.monotonic() - started
+        took = time.monotonic() - started
+    if seen is not None:  # what the server sent, kept for the picture
+        seen.append(Seen(started, took, outcome, tuple(server.sent)))
+    return outcome, told, took
 
 
 GEMINI_TITLE = "Gemini, silent thinking once"
@@ -218,10 +232,12 @@ def _gemini_part(out: TextIO, policy: StreamPolicy) -> bool:
     return ok
 
 
-def run_demo(out: TextIO) -> int:
+def run_demo(out: TextIO, svg: Path | None = None, err: TextIO | None = None) -> int:
     """Run every case, print one line each; 0 if every watchdog outcome is the expected one.
 
-    Both clients are of the HTTP library the installed openai uses natively.
+    Both clients are of the HTTP library the installed openai uses natively. With
+    ``svg``, the cases' timelines are written there too (``demo_svg``); a file that
+    cannot be written is said on ``err`` (stderr) and fails the demo.
     """
     clients = clients_for(None)
     http = clients.flavor.http
@@ -238,13 +254,14 @@ def run_demo(out: TextIO) -> int:
     watched = http.Client(transport=clients.sync_transport(policy=policy))
     plain = http.Client(timeout=PLAIN_TIMEOUT)
     resumed = False
+    seen: list[Seen] | None = None if svg is None else []
     try:
         for http_client in (watched, plain):  # warm the SDK up so timings are comparable
             _stream_once(http_client, http, Scenario.healthy())
             _resume_once(http_client, http, Scenario.healthy())
         for case in CASES:
-            outcome, told, took = _stream_once(watched, http, case.scenario)
-            _, plain_told, plain_took = _stream_once(plain, http, case.scenario)
+            outcome, told, took = _stream_once(watched, http, case.scenario, seen)
+            _, plain_told, plain_took = _stream_once(plain, http, case.scenario, seen)
             if plain_took >= HOLD - 0.05:
                 plain_told = f"hung until the server hung up: {plain_told}"
             ok = outcome == case.expected
@@ -255,7 +272,7 @@ def run_demo(out: TextIO) -> int:
                 + ("" if ok else f"   <-- expected {case.expected}")
                 + "\n"
             )
-        resumed = _resume_part(out, watched, plain, http)
+        resumed = _resume_part(out, watched, plain, http, seen)
     finally:
         watched.close()
         plain.close()
@@ -270,4 +287,11 @@ def run_demo(out: TextIO) -> int:
         + ("" if crash else ", the crashed answer NOT finished whole")
         + f"; {time.monotonic() - demo_started:.1f} s in all.\n"
     )
+    if seen is not None and svg is not None:
+        titles = [case.title for case in CASES] + [RESUME_TITLE]
+        pairs = [(title, seen[2 * i], seen[2 * i + 1]) for i, title in enumerate(titles)]
+        figure = demo_figure(
+            pairs, budget=BUDGET, plain_timeout=PLAIN_TIMEOUT, hold=HOLD, http_name=http.__name__
+        )
+        failures += not save_svg(svg, figure, sys.stderr if err is None else err)
     return 1 if failures or not resumed or not gemini or not mcp or not crash else 0

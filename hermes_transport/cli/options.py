@@ -13,12 +13,14 @@ import argparse
 import math
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .._core.policy import StreamPolicy
 from ..testing import Scenario
+from .svg import svg_path
 
 __all__ = [
     "DEFAULT_GAP",
@@ -60,6 +62,7 @@ class ProbeOptions:
     as_json: bool
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never shown, even in a repr
+    svg: Path | None = None  # where to write the timeline's picture
 
 
 def _seconds(text: str) -> float:
@@ -120,6 +123,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", dest="as_json", help="print one JSON object on stdout"
     )
+    parser.add_argument(
+        "--svg",
+        type=svg_path,
+        metavar="FILE",
+        help="also write the timeline as an SVG picture (events, keepalives, gaps, the budget"
+        " and the verdict); with --json too",
+    )
 
 
 def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ProbeOptions:
@@ -157,6 +167,7 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> P
         as_json=args.as_json,
         api_key_env=args.api_key_env,
         api_key=api_key,
+        svg=args.svg,
     )
 
 

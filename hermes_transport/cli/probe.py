@@ -10,9 +10,10 @@ budget), interrupted (Ctrl+C) or failed (and what failed). Events are counted
 by the transport's own progress meter (see ``timeline``), so the probe's count
 is the watchdog's. After the timeline come the transport's own ``StreamStats``
 (its ``on_stats``), the numbers an application gets from the same callback, and
-``--json`` carries them as ``"stats"``. The budgets shown are the ones the call
-got (``StreamPolicy.budgets_for`` the model and body sent, as the transport
-fits them). Without ``--base-url`` it probes the embedded ``FaultServer``.
+``--json`` carries them as ``"stats"``; ``--svg`` draws the timeline (``probe_svg``).
+The budgets shown are the ones the call got (``StreamPolicy.budgets_for`` the model
+and body sent, as the transport fits them). Without ``--base-url`` it probes the
+embedded ``FaultServer``.
 
 This module owns the run itself: the request, reading the stream, the verdict
 and the report; ``options`` parses the command line, ``timeline`` observes,
@@ -50,6 +51,7 @@ from .._transports.builder import BUDGET_MARGIN
 from ..testing import FaultServer
 from .console import Console, CtrlC, Ticker
 from .options import SCENARIOS, ProbeOptions, options_from
+from .probe_svg import save_probe_svg
 from .redact import Redactor
 from .statistics import statistics_lines, stats_json
 from .timeline import Timeline
@@ -127,6 +129,10 @@ def probe(options: ProbeOptions, out: TextIO, err: TextIO) -> int:
     # Called once, by the time the response is closed (on this thread).
     stats = reported[-1] if reported else None
     _report(console, options, request, timeline, verdict, total, budgets, stats)
+    if options.svg is not None and not save_probe_svg(
+        options, request.url, budgets, timeline, verdict.kind, verdict.stall, total, err
+    ):
+        return verdict.exit_code or EXIT_FAILED
     return verdict.exit_code
 
 
@@ -311,6 +317,7 @@ def _report(
             f" largest gap {gap}, total {total:.3f} s"
         )
         return
+    first = timeline.first_event_at
     report = {
         "verdict": verdict.kind,
         "detail": verdict.detail,
@@ -330,7 +337,7 @@ def _report(
         "comments": timeline.comments,
         "heartbeats": timeline.heartbeats,
         "done": timeline.done,
-        "first_event_at": _rounded(timeline.first_event_at),
+        "first_event_at": None if first is None else round(first, 4),
         "largest_gap": largest,
         "total": round(total, 4),
         "stall": verdict.stall,
@@ -338,7 +345,3 @@ def _report(
         "stats": stats_json(stats),
     }
     console.write(console.redact.json(report))
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

@@ -14,6 +14,7 @@ comments, which the meter does not report.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ class Timeline:
     are keepalives like ``comments``. ``budgets`` are the call's (the
     policy's fitted to the request, ``StreamPolicy.budgets_for``): the live
     line waits against them, and against the policy's own when not given.
+    ``event_times`` and ``keepalive_times`` are when each event and keepalive came,
+    for the picture (``probe_svg``): 8 bytes each.
     """
 
     def __init__(
@@ -94,6 +97,8 @@ class Timeline:
         self.comments_since_event = 0
         self.heartbeats_since_event = 0
         self.largest_gap: dict[str, Any] | None = None
+        self.event_times = array("d")
+        self.keepalive_times = array("d")
         # The judge of progress (for decoded bytes; ``body`` swaps in the raw
         # bytes' meter when blind), and a scanner that counts every data event:
         # the difference is the heartbeat events.
@@ -188,6 +193,7 @@ class Timeline:
 
     def _keepalive(self, kind: str, text: str) -> None:
         at = self.now()
+        self.keepalive_times.append(at)
         if kind == "comments":
             self.comments += 1
             self.comments_since_event += 1
@@ -220,6 +226,7 @@ class Timeline:
         at = self.now()
         self.close_run()
         self.events += 1
+        self.event_times.append(at)
         self.comments_since_event = self.heartbeats_since_event = 0
         if self.first_event_at is None:
             self.first_event_at = at
