@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import gc
 import inspect
+import logging
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -275,6 +276,22 @@ def given_names(server: FaultServer) -> dict[str, Any]:
         "messages": [{"role": "user", "content": "Say hello"}],
         "prompt": "Say hello",
     }
+
+
+@contextlib.contextmanager
+def logging_kept() -> Iterator[None]:
+    """Meanwhile an example may configure logging (the Logging guide's does): put back after,
+    so no test that follows sees its levels or handlers."""
+    ours, root = logging.getLogger("hermes_transport"), logging.getLogger()
+    level, root_level, handlers = ours.level, root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        ours.setLevel(level)
+        root.setLevel(root_level)
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def environment(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,7 @@ from _docs_examples import (
     example_params,
     examples_of,
     given_names,
+    logging_kept,
     python_fences,
     run,
     run_its_tests,
@@ -45,7 +46,7 @@ def _ours(example: Example) -> bool:
 @pytest.fixture
 def example_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
     """A healthy fault server, and the SDKs' variables pointing at it."""
-    with FaultServer() as server:
+    with FaultServer() as server, logging_kept():
         environment(server, monkeypatch)
         yield server
 

@@ -26,6 +26,7 @@ from _docs_examples import (
     example_params,
     examples_of,
     given_names,
+    logging_kept,
     run,
 )
 from _frameworks_support import framework, litellm_offline, loopback_only
@@ -67,7 +68,7 @@ EXAMPLES = [example for page in PAGES for example in examples_of(ROOT / page)]
 @pytest.fixture
 def recipe_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
     """A fault server, the SDKs' variables pointing at it, and the frameworks kept on it."""
-    with FaultServer() as server:
+    with FaultServer() as server, logging_kept():
         environment(server, monkeypatch)
         # litellm's Gemini provider and LlamaIndex read their own; the Agents SDK's tracing
         # would export.
