@@ -172,13 +172,12 @@ FIXTURES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
 }
 
 
-def run_its_tests(names: dict[str, Any]) -> list[str]:
-    """Call each ``test_*`` function an example defined, as pytest would: the names run.
+def run_its_tests(names: dict[str, Any]) -> None:
+    """Call each ``test_*`` function an example defined, as pytest would.
 
     Its arguments are ``FIXTURES``, each entered around the call (an unknown one is an
     error naming it). A mock that asserts all its routes were called checks it on exit.
     """
-    ran: list[str] = []
     for name, value in list(names.items()):
         if not (name.startswith("test_") and inspect.isfunction(value)):
             continue
@@ -188,8 +187,6 @@ def run_its_tests(names: dict[str, Any]) -> list[str]:
             raise LookupError(f"{name}: no fixture for {unknown} (known: {sorted(FIXTURES)})")
         with contextlib.ExitStack() as stack:
             value(*(stack.enter_context(FIXTURES[parameter]()) for parameter in wanted))
-        ran.append(name)
-    return ran
 
 
 #: Where the clients an example may leave open come from: closed after it, as a process's
@@ -222,10 +219,12 @@ def _private(value: Any) -> object:
         return None
 
 
-def _closers(names: dict[str, Any]) -> Iterator[Callable[[], Any]]:
-    """The ``close`` (or ``aclose``) of each client left in ``names``, each once."""
+def _closers(names: dict[str, Any]) -> list[tuple[int, Callable[[], Any]]]:
+    """The ``close`` (or ``aclose``) of each client left in ``names`` and not closed yet,
+    each once, with the client's ``id``."""
     closed: set[int] = names.setdefault(_CLOSED, set())
-    for value in list(_reachable(names)):
+    found: dict[int, Callable[[], Any]] = {}
+    for value in _reachable(names):
         module = type(value).__module__
         close = getattr(value, "close", None) or getattr(value, "aclose", None)
         if inspect.isclass(value) or not module.startswith(_CLIENT_MODULES) or close is None:
@@ -233,30 +232,33 @@ def _closers(names: dict[str, Any]) -> Iterator[Callable[[], Any]]:
         if type(value).__name__ == "Response":  # its client's pool closes its connection
             continue
         if id(value) not in closed:
-            closed.add(id(value))
-            yield close
+            found[id(value)] = close
+    return list(found.items())
 
 
 async def _then_close(body: Any, names: dict[str, Any]) -> None:
-    """Await an async example, then close its async clients on its loop, which owns them."""
+    """Await an async example, then close its async clients on its loop, which owns them
+    (the sync ones are left to ``close_clients``)."""
     try:
         await body
     finally:
-        for close in _closers(names):
+        for key, close in _closers(names):
             if inspect.iscoroutinefunction(close):
                 await close()
-            else:  # for close_clients, after
-                names[_CLOSED].discard(id(getattr(close, "__self__", None)))
+                names[_CLOSED].add(key)
 
 
-def close_clients(names: dict[str, Any]) -> None:
-    """Close every client the example left in ``names`` (an async one on a new loop); then
-    collect, so that a socket it leaked anywhere else warns now, failing this example."""
-    for close in _closers(names):
-        if inspect.iscoroutinefunction(close):
+def close_clients(names: dict[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Close every client the example left in ``names``, an async one on ``loop`` (the one
+    that used it; by default a new one); then collect, so that a socket it leaked anywhere
+    else warns now, failing this example."""
+    for _, close in _closers(names):
+        if not inspect.iscoroutinefunction(close):
+            close()
+        elif loop is None:
             asyncio.run(close())
         else:
-            close()
+            loop.run_until_complete(close())
     names.clear()
     gc.collect()
 

@@ -51,9 +51,10 @@ from .._transports.builder import BUDGET_MARGIN
 from ..testing import FaultServer
 from .console import Console, CtrlC, Ticker
 from .options import SCENARIOS, ProbeOptions, options_from
-from .probe_svg import save_probe_svg
+from .probe_svg import probe_figure
 from .redact import Redactor
 from .statistics import statistics_lines, stats_json
+from .svg import save_svg
 from .timeline import Timeline
 
 __all__ = ["EXIT_FAILED", "EXIT_HEALTHY", "EXIT_INTERRUPTED", "Verdict", "probe", "run"]
@@ -129,10 +130,11 @@ def probe(options: ProbeOptions, out: TextIO, err: TextIO) -> int:
     # Called once, by the time the response is closed (on this thread).
     stats = reported[-1] if reported else None
     _report(console, options, request, timeline, verdict, total, budgets, stats)
-    if options.svg is not None and not save_probe_svg(
-        options, request.url, budgets, timeline, verdict.kind, verdict.stall, total, err
-    ):
-        return verdict.exit_code or EXIT_FAILED
+    if options.svg is not None:
+        kind, stall = verdict.kind, verdict.stall
+        figure = probe_figure(options, request.url, budgets, timeline, kind, stall, total)
+        if not save_svg(options.svg, figure, err):
+            return verdict.exit_code or EXIT_FAILED
     return verdict.exit_code
 
 

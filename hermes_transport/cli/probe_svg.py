@@ -1,4 +1,4 @@
-"""The probe's picture (``probe --svg FILE``): ``probe_figure`` and ``save_probe_svg``.
+"""The probe's picture (``probe --svg FILE``): ``probe_figure``, which ``svg`` writes.
 
 One row, one lane, one span: the request from its start to its verdict, the
 connection's line dashed until the headers, a tick per data event as the watchdog
@@ -13,7 +13,7 @@ same picture.
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import Any
 
 import httpx
 
@@ -21,10 +21,9 @@ from .._core.attempt import url_without_query
 from .._core.call_budgets import CallBudgets
 from .figure import Ending, Figure, Lane, Row, Span, Tone
 from .options import ProbeOptions
-from .svg import save_svg
 from .timeline import Timeline
 
-__all__ = ["probe_figure", "save_probe_svg"]
+__all__ = ["probe_figure"]
 
 # The timeline's marks that are labelled on the picture, and their words.
 _NOTES = {
@@ -103,19 +102,3 @@ def probe_figure(
         (Row(redact(f"model {options.model}"), (Lane((span,), outcome, tone, tuple(notes)),)),),
         redact(f"budgets: {budgets} | {counts} | gaps over {options.gap:g} s bracketed"),
     )
-
-
-def save_probe_svg(
-    options: ProbeOptions,
-    url: httpx.URL,
-    budgets: CallBudgets,
-    timeline: Timeline,
-    verdict: str,
-    stall: dict[str, Any] | None,
-    total: float,
-    err: TextIO,
-) -> bool:
-    """Write the probe's picture to ``options.svg`` (see ``save_svg``); whether it was."""
-    assert options.svg is not None
-    figure = probe_figure(options, url, budgets, timeline, verdict, stall, total)
-    return save_svg(options.svg, figure, err)

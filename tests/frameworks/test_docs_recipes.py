@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from google import genai
 
 from hermes_transport.testing import FaultServer, Scenario
 
@@ -45,6 +44,9 @@ class Page:
     #: Its sync calls run on the calling thread's event loop (``get_event_loop``): the
     #: thread gets one of its own, on which the async halves of its clients close.
     thread_loop: bool = False
+    #: litellm's sync calls leave the main thread an event loop: ``litellm_offline`` closes
+    #: it (and keeps litellm's callbacks and host names offline).
+    litellm: bool = False
 
 
 PAGES = {
@@ -58,7 +60,7 @@ PAGES = {
         ),
     ),
     "docs/works-with/langchain.md": Page(("langchain_openai", "langchain_google_genai")),
-    "docs/works-with/litellm.md": Page(("litellm",)),
+    "docs/works-with/litellm.md": Page(("litellm",), litellm=True),
     "docs/works-with/llamaindex.md": Page(("llama_index.llms.openai",)),
     "docs/works-with/pydantic-ai.md": Page(("pydantic_ai",), thread_loop=True),
 }
@@ -98,19 +100,14 @@ def test_the_recipe_runs_against_the_fault_server(
     imported = [framework(module) for module in page.modules]
     recipe_server.scenario = page.scenario
     names = given_names(recipe_server)
-    # litellm's sync calls leave the main thread an event loop: litellm_offline closes it.
-    offline = litellm_offline(imported[0], lambda: None) if page.modules == ("litellm",) else None
+    offline = litellm_offline(imported[0], lambda: None) if page.litellm else None
     loop = asyncio.new_event_loop() if page.thread_loop else None
     asyncio.set_event_loop(loop)
     try:
         with offline or loopback_only():
             run(example, names)
     finally:
-        if loop is not None:
-            for value in list(names.values()):
-                if isinstance(value, genai.Client):  # its aio half, on the loop that used it
-                    loop.run_until_complete(value.aio.aclose())
-        close_clients(names)
+        close_clients(names, loop)  # a genai client's aio half, on the loop that used it
         asyncio.set_event_loop(None)
         if loop is not None:
             loop.close()
